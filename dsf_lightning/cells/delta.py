@@ -1,0 +1,208 @@
+"""The Differential State Framework cells (Ororbia II, Mali, Giles & Kifer, "Learning Simpler Language
+Models with the Differential State Framework", ``papers/delta_rnn_differential_state_framework.md``).
+
+A DSF cell computes a fast, data-driven state proposal ``z_t = g(x_t, h_{t-1})`` (the inner function)
+and interpolates it with the slowly moving previous state (the outer function, eq. 3)::
+
+    h_t = Phi((1 - r) * z_t + r * h_{t-1})
+
+Registered cells:
+
+* ``delta-rnn``        the late-integration Delta-RNN (eq. 8) with an Elman (eq. 6), second-order
+                       (eq. 10) or general second-order (eq. 11) inner function, the interpolation gate
+                       fixed (eq. 4) or data-driven through the shared ``W x_t`` (eq. 5), and dropout
+                       on the inner function (eq. 12). Its defaults are the paper's full model.
+* ``delta-rnn-simple`` the simple Delta-RNN, eq. 7: ``h_t = Phi(V h_{t-1} + W x_t + b + h_{t-1})``.
+* ``delta-rnn-ln``     the layer-normalized late-integration Delta-RNN of Appendix A (eqs 20-23).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import RecurrentCell, State, activation, check_choice, check_probability
+from .registry import register_cell
+
+INNER_FORMS = ("elman", "second-order", "general")
+GATE_FORMS = ("data", "fixed")
+
+
+@register_cell("delta-rnn")
+class DeltaRNNCell(RecurrentCell):
+    """Late-integration Delta-RNN (DSF eqs 3-5, 8, 10-12).
+
+    Options:
+        inner: ``"general"`` (eq. 11, the paper's model: ``alpha*Vh*Wx + beta1*Vh + beta2*Wx + b``),
+            ``"second-order"`` (eq. 10: ``Vh*Wx + b``) or ``"elman"`` (eq. 6/8: ``Vh + Wx + b``).
+        gate: ``"data"`` (eq. 5: ``r = sigmoid(W x_t + b_r)``, sharing ``W``) or ``"fixed"``
+            (eq. 4: ``r = sigmoid(b_r)``, one learned rate per unit).
+        inner_activation: phi of the inner function (tanh in all the paper's experiments).
+        outer_activation: Phi of the outer function (identity for word / character models, tanh for
+            subwords in the paper; relu also available).
+        dropout: drop probability on the inner function's output z_t in training (eq. 12).
+
+    Parameters: ``V`` [H, H], ``W`` [H, I], ``b``, ``b_r`` and, for eq. 11, ``alpha``, ``beta1``,
+    ``beta2`` [H] each: ``H*H + H*I + 5H`` for the full model (the paper's count, footnote 4).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        inner: str = "general",
+        gate: str = "data",
+        inner_activation: str = "tanh",
+        outer_activation: str = "identity",
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        self.inner = check_choice("inner", inner, INNER_FORMS)
+        self.gate = check_choice("gate", gate, GATE_FORMS)
+        self.phi = activation(inner_activation, "inner_activation")
+        self.Phi = activation(outer_activation, "outer_activation")
+        self.inner_activation, self.outer_activation = inner_activation, outer_activation
+        self.dropout = check_probability("dropout", dropout, closed_top=False)
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(H, input_size))  # data projection, shared with the gate (eq. 5)
+        self.V = nn.Parameter(torch.empty(H, H))  # recurrent projection V (V_d in eq. 11)
+        self.b = nn.Parameter(torch.empty(H))
+        self.b_r = nn.Parameter(torch.empty(H))
+        if self.inner == "general":
+            self.alpha = nn.Parameter(torch.empty(H))
+            self.beta1 = nn.Parameter(torch.empty(H))
+            self.beta2 = nn.Parameter(torch.empty(H))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(H), 1/sqrt(H)); biases 0 (so r starts at 0.5); alpha, beta1, beta2 = 1."""
+        super().reset_parameters()
+        nn.init.zeros_(self.b)
+        nn.init.zeros_(self.b_r)
+        if self.inner == "general":
+            for p in (self.alpha, self.beta1, self.beta2):
+                nn.init.ones_(p)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W)  # [..., H] = W x_t
+
+    def inner_function(self, Wx: Tensor, h_prev: Tensor) -> Tensor:
+        """z_t = g(x_t, h_{t-1}) before dropout (eq. 6, 10 or 11)."""
+        Vh = F.linear(h_prev, self.V)  # [B, H]
+        if self.inner == "elman":
+            pre = Vh + Wx + self.b
+        elif self.inner == "second-order":
+            pre = Vh * Wx + self.b
+        else:  # eq. 11: d1 = alpha*Vh*Wx, d2 = beta1*Vh + beta2*Wx
+            pre = self.alpha * Vh * Wx + self.beta1 * Vh + self.beta2 * Wx + self.b
+        return self.phi(pre)
+
+    def interpolation_gate(self, Wx: Tensor) -> Tensor:
+        """r (eq. 5 when data-driven, eq. 4 when fixed)."""
+        return torch.sigmoid(Wx + self.b_r) if self.gate == "data" else torch.sigmoid(self.b_r)
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        z = self.inner_function(projected_t, h_prev)
+        if self.training and self.dropout > 0:
+            z = F.dropout(z, self.dropout, training=True)  # eq. 12: drop the inner function only
+        r = self.interpolation_gate(projected_t)
+        h = self.Phi((1 - r) * z + r * h_prev)  # eq. 3 / 8
+        return h, (h,)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, inner={self.inner!r}, gate={self.gate!r}, "
+            f"inner_activation={self.inner_activation!r}, outer_activation={self.outer_activation!r}, "
+            f"dropout={self.dropout}"
+        )
+
+
+@register_cell("delta-rnn-simple")
+class SimpleDeltaRNNCell(RecurrentCell):
+    """The simple Delta-RNN, DSF eq. 7: ``h_t = Phi(V h_{t-1} + W x_t + b + h_{t-1})``.
+
+    Options:
+        outer_activation: Phi (tanh by default: with the identity the state is unbounded).
+
+    Parameters: ``V`` [H, H], ``W`` [H, I], ``b`` [H].
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, outer_activation: str = "tanh") -> None:
+        super().__init__(input_size, hidden_size)
+        self.Phi = activation(outer_activation, "outer_activation")
+        self.outer_activation = outer_activation
+        self.W = nn.Parameter(torch.empty(hidden_size, input_size))
+        self.V = nn.Parameter(torch.empty(hidden_size, hidden_size))
+        self.b = nn.Parameter(torch.empty(hidden_size))
+        self.reset_parameters()
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W, self.b)  # [..., H] = W x_t + b
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        h = self.Phi(F.linear(h_prev, self.V) + projected_t + h_prev)  # eq. 7
+        return h, (h,)
+
+
+@register_cell("delta-rnn-ln")
+class LayerNormDeltaRNNCell(RecurrentCell):
+    """Layer-normalized late-integration Delta-RNN, DSF Appendix A (eqs 20-23)::
+
+        d_rec = LN(V h_{t-1}),  d_dat = LN(W x_t)                          (20)
+        z_t   = phi(d_rec * d_dat + d_rec + d_dat)                          (21)
+        r     = sigmoid(d_dat + b_r)                                        (23)
+        h_t   = Phi((1 - r) * z_t + r * h_{t-1})                            (22)
+
+    The second-order biases are dropped (the layer norms' gains and shifts take their place).
+
+    Options: ``inner_activation``, ``outer_activation``, ``dropout`` (eq. 12), ``eps`` of the norms.
+    Parameters: ``V`` [H, H], ``W`` [H, I], two layer norms (gain and shift, 2H each), ``b_r`` [H].
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        inner_activation: str = "tanh",
+        outer_activation: str = "identity",
+        dropout: float = 0.0,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        self.phi = activation(inner_activation, "inner_activation")
+        self.Phi = activation(outer_activation, "outer_activation")
+        self.inner_activation, self.outer_activation = inner_activation, outer_activation
+        self.dropout = check_probability("dropout", dropout, closed_top=False)
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(H, input_size))
+        self.V = nn.Parameter(torch.empty(H, H))
+        self.b_r = nn.Parameter(torch.empty(H))
+        self.norm_data = nn.LayerNorm(H, eps=eps)
+        self.norm_rec = nn.LayerNorm(H, eps=eps)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(H), 1/sqrt(H)); layer norms gain 1, shift 0; b_r = 0."""
+        super().reset_parameters()
+        nn.init.zeros_(self.b_r)
+        self.norm_data.reset_parameters()
+        self.norm_rec.reset_parameters()
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return self.norm_data(F.linear(x, self.W))  # [..., H] = d_dat (eq. 20), hoisted over time
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        d_dat = projected_t
+        d_rec = self.norm_rec(F.linear(h_prev, self.V))  # eq. 20
+        z = self.phi(d_rec * d_dat + d_rec + d_dat)  # eq. 21
+        if self.training and self.dropout > 0:
+            z = F.dropout(z, self.dropout, training=True)
+        r = torch.sigmoid(d_dat + self.b_r)  # eq. 23
+        h = self.Phi((1 - r) * z + r * h_prev)  # eq. 22
+        return h, (h,)

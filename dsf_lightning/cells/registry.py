@@ -1,0 +1,87 @@
+"""The registry of cells by name: a plain string in a config resolves to a cell class here.
+
+Cells register with :func:`register_cell`; a user's own package may do the same at import time, or
+declare an entry point in the group ``dsf_lightning.cells`` (``name = "pkg.module:CellClass"``),
+which is loaded the first time a name is looked up.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import metadata
+from typing import Callable, TypeVar
+
+from .base import RecurrentCell
+
+ENTRY_POINT_GROUP = "dsf_lightning.cells"
+
+_CELLS: dict[str, type[RecurrentCell]] = {}
+_entry_points_loaded = False
+
+C = TypeVar("C", bound=type[RecurrentCell])
+
+
+class UnknownCellError(KeyError):
+    """No cell is registered under the requested name (the message lists the known names)."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+class DuplicateCellError(ValueError):
+    """A second, different cell class tried to take a name that is already registered."""
+
+
+def register_cell(name: str) -> Callable[[C], C]:
+    """Class decorator: register a :class:`RecurrentCell` subclass under ``name``."""
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise ValueError(f"a cell name must be a non-empty string without surrounding spaces, got {name!r}")
+
+    def decorate(cls: C) -> C:
+        if not (isinstance(cls, type) and issubclass(cls, RecurrentCell)):
+            raise TypeError(f"only RecurrentCell subclasses can be registered, got {cls!r} for {name!r}")
+        existing = _CELLS.get(name)
+        if existing is not None and existing is not cls:
+            raise DuplicateCellError(
+                f"cell name {name!r} is already registered to {existing.__module__}.{existing.__qualname__}"
+            )
+        _CELLS[name] = cls
+        if not cls.__dict__.get("cell_name"):
+            cls.cell_name = name
+        return cls
+
+    return decorate
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _CELLS:
+            register_cell(ep.name)(ep.load())
+
+
+def list_cells() -> list[str]:
+    """The registered cell names, sorted."""
+    _load_entry_points()
+    return sorted(_CELLS)
+
+
+def get_cell(name: str) -> type[RecurrentCell]:
+    """The cell class registered under ``name``; call it as ``cls(input_size, hidden_size, **options)``."""
+    _load_entry_points()
+    try:
+        return _CELLS[name]
+    except (KeyError, TypeError):
+        close = difflib.get_close_matches(str(name), _CELLS, n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise UnknownCellError(
+            f"unknown cell {name!r}.{hint} Known cells: {', '.join(sorted(_CELLS))}"
+        ) from None
+
+
+def build_cell(name: str, input_size: int, hidden_size: int, **options: object) -> RecurrentCell:
+    """Build the cell registered under ``name`` (the config-friendly path: names and numbers only)."""
+    return get_cell(name)(input_size, hidden_size, **options)

@@ -1,0 +1,60 @@
+"""The ``dsf`` command line.
+
+``dsf list cells`` prints the registered cell names, one per line; ``--details`` adds each cell's
+family, the paper equation it implements and its parameter count at a chosen size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from typing import Sequence
+
+from . import cells
+
+
+def _summary(cls: type) -> str:
+    doc = inspect.getdoc(cls) or ""
+    first = doc.split("\n\n")[0].replace("\n", " ").strip()
+    return first.rstrip(":").rstrip(".")
+
+
+def list_cells_command(args: argparse.Namespace) -> int:
+    names = cells.list_cells()
+    if not args.details:
+        print("\n".join(names))
+        return 0
+    rows = []
+    for name in names:
+        cls = cells.get_cell(name)
+        cell = cls(args.input_size, args.hidden_size)
+        n_params = sum(p.numel() for p in cell.parameters())
+        rows.append((name, f"{n_params:,}", str(cell.output_size), _summary(cls)))
+    header = ("cell", f"params (I={args.input_size}, H={args.hidden_size})", "output", "what it is")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    for row in [header, *rows]:
+        print("  ".join(col.ljust(w) for col, w in zip(row[:3], widths)) + "  " + row[3])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dsf", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    listing = commands.add_parser("list", help="list what the library knows (cells)")
+    what = listing.add_subparsers(dest="what", required=True, metavar="WHAT")
+    cell_list = what.add_parser("cells", help="the registered recurrent cells")
+    cell_list.add_argument("--details", action="store_true", help="add parameter counts and a summary")
+    cell_list.add_argument("--input-size", type=int, default=128, help="input size for --details")
+    cell_list.add_argument("--hidden-size", type=int, default=128, help="hidden size for --details")
+    cell_list.set_defaults(handler=list_cells_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
