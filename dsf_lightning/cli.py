@@ -28,7 +28,11 @@ def list_cells_command(args: argparse.Namespace) -> int:
     rows = []
     for name in names:
         cls = cells.get_cell(name)
-        cell = cls(args.input_size, args.hidden_size)
+        try:
+            cell = cls(args.input_size, args.hidden_size)
+        except cells.CellOptionError as err:  # e.g. ran-simple needs input_size == hidden_size
+            rows.append((name, "-", "-", f"{_summary(cls)} [not at this size: {err}]"))
+            continue
         n_params = sum(p.numel() for p in cell.parameters())
         rows.append((name, f"{n_params:,}", str(cell.output_size), _summary(cls)))
     header = ("cell", f"params (I={args.input_size}, H={args.hidden_size})", "output", "what it is")

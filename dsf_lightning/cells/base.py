@@ -22,6 +22,13 @@ import torch
 from torch import Tensor, nn
 
 State = tuple[Tensor, ...]
+MaybeMasks = "tuple[Tensor | None, ...] | None"
+
+
+def _masked(state: State, masks: "tuple[Tensor | None, ...] | None") -> State:
+    if masks is None:
+        return state
+    return tuple(s if m is None else s * m for s, m in zip(state, masks))
 
 
 class CellOptionError(ValueError):
@@ -77,6 +84,9 @@ class RecurrentCell(nn.Module, abc.ABC):
 
     #: the registry name, filled in by :func:`dsf_lightning.cells.register_cell`
     cell_name: ClassVar[str] = ""
+    #: which state tensor is the recurrent hidden state h that variational dropout masks (SCRN eq. 9
+    #: masks h, never the context s); None when no state should be masked
+    recurrent_state_index: ClassVar[int | None] = 0
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
@@ -104,22 +114,34 @@ class RecurrentCell(nn.Module, abc.ABC):
         dtype = dtype if dtype is not None else (ref.dtype if ref is not None else torch.float32)
         return tuple(torch.zeros(batch_size, n, device=device, dtype=dtype) for n in self.state_sizes)
 
-    def step(self, x_t: Tensor, state: State | None = None) -> tuple[Tensor, State]:
-        """One time step: ``x_t`` ``[B, input_size]`` -> (output ``[B, output_size]``, state)."""
+    def step(
+        self, x_t: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """One time step: ``x_t`` ``[B, input_size]`` -> (output ``[B, output_size]``, state).
+
+        ``state_masks`` (one tensor or None per state tensor) multiply the state as this step reads
+        it: variational dropout on the recurrent connections (SCRN paper eq. 9, Gal & Ghahramani).
+        The state returned is never masked, so carried state stays clean.
+        """
         self._check_input(x_t, 2)
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
-        return self.recur(self.project_inputs(x_t), state)
+        return self.recur(self.project_inputs(x_t), _masked(state, state_masks))
 
-    def forward(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
-        """A whole sequence: ``x`` ``[B, T, input_size]`` -> (outputs ``[B, T, output_size]``, state)."""
+    def forward(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """A whole sequence: ``x`` ``[B, T, input_size]`` -> (outputs ``[B, T, output_size]``, state).
+
+        ``state_masks`` as in :meth:`step`, the same mask at every time step.
+        """
         self._check_input(x, 3)
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)
         projected = self.project_inputs(x)  # [B, T, P]: one matmul for all steps
         outputs = []
         for t in range(x.shape[1]):
-            out_t, state = self.recur(projected[:, t], state)
+            out_t, state = self.recur(projected[:, t], _masked(state, state_masks))
             outputs.append(out_t)
         return torch.stack(outputs, dim=1), state  # [B, T, output_size]
 

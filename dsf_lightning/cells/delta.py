@@ -1,4 +1,4 @@
-"""The Differential State Framework cells (Ororbia II, Mali, Giles & Kifer, "Learning Simpler Language
+"""The Differential State Framework cells (Ororbia II, Mikolov & Reitter, "Learning Simpler Language
 Models with the Differential State Framework", ``papers/delta_rnn_differential_state_framework.md``).
 
 A DSF cell computes a fast, data-driven state proposal ``z_t = g(x_t, h_{t-1})`` (the inner function)
