@@ -1,0 +1,423 @@
+"""The baseline cells the Differential State Framework is compared with.
+
+Equations are quoted from Ororbia II, Mikolov & Reitter, "Learning Simpler Language Models with the
+Differential State Framework" (``papers/delta_rnn_differential_state_framework.md``, "DSF" below),
+unless another paper is named:
+
+* ``elman``      the simple recurrent network, DSF eq. 6: ``h_t = phi(V h_{t-1} + W x_t + b)``.
+* ``mi-rnn``     the second-order / multiplicative-integration RNN of Wu et al. (2016) in the general
+                 form of DSF eq. 11, used on its own (no Delta interpolation)::
+
+                     h_t = phi(alpha * V h_{t-1} * W x_t + beta1 * V h_{t-1} + beta2 * W x_t + b)
+
+* ``lstm``       the LSTM of DSF sec. 3 (eqs 16-17 and the c_t, z_t, i_t, f_t equations that follow),
+                 optionally with Graves-2013 diagonal peepholes as in the state-regularization paper
+                 (``papers/sr_rnn_state_regularized.md``, eqs 7-9)::
+
+                     z_t = tanh(W_z x_t + V_z h_{t-1} + b_z)
+                     i_t = sigmoid(W_i x_t + V_i h_{t-1} + U_i * c_{t-1} + b_i)
+                     f_t = sigmoid(W_f x_t + V_f h_{t-1} + U_f * c_{t-1} + b_f)
+                     c_t = f_t * c_{t-1} + i_t * z_t
+                     r_t = sigmoid(W_r x_t + V_r h_{t-1} + U_r * c_t + b_r)          (17)
+                     h_t = r_t * tanh(c_t)                                            (16)
+
+* ``gru``        the GRU of DSF sec. 3 (eqs 18-19 and its inner function with the reset gate q_t)::
+
+                     r_t = sigmoid(V_r h_{t-1} + W_r x_t + b_r)                       (19)
+                     q_t = sigmoid(V_q h_{t-1} + W_q x_t + b_q)
+                     g_t = tanh(V_h (q_t * h_{t-1}) + W_h x_t + b_h)
+                     h_t = r_t * g_t + (1 - r_t) * h_{t-1}                            (18)
+
+* ``mgu``        the Minimal Gated Unit (Zhou et al. 2016) as DSF sec. 3 describes it: the GRU outer
+                 function (eq. 18-19) with one forget gate, also used as the inner function's reset.
+* ``srelu-rnn``  the smoothed-rectifier RNN of Pachitariu & Sahani, "Regularization and nonlinearities
+                 for neural language models" (``papers/irlm_regularization_and_nonlinearities.md``,
+                 sec. 2.2): ``x_t = f(W y_t + R x_{t-1})`` with ``f(x) = max(0, x - a tanh(x / a))``.
+
+All cells hoist every input product (and the biases) into :meth:`project_inputs`, so that a whole
+sequence costs one input matmul; the recurrent products of a step are stacked into one matmul where
+the equations allow it (Elman, MI-RNN, LSTM, GRU with ``reset_after``). The GRU's and MGU's inner
+function multiplies the gated state ``q_t * h_{t-1}`` by ``V_h``, which needs the gate first: two
+recurrent matmuls per step are then unavoidable.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import CellOptionError, RecurrentCell, State
+from .base import activation as _activation  # the option of the same name would shadow it
+from .registry import register_cell
+
+
+# -- option checks that base.py does not provide -------------------------------------------------
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise CellOptionError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CellOptionError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _check_positive(name: str, value: object) -> float:
+    value = _check_finite(name, value)
+    if value <= 0:
+        raise CellOptionError(f"{name} must be a positive number, got {value!r}")
+    return value
+
+
+def smoothed_rectifier(x: Tensor, a: float) -> Tensor:
+    """``f(x) = max(0, x - a * tanh(x / a))`` (IRLM paper, sec. 2.2).
+
+    Zero for ``x <= 0`` (there ``a * tanh(x / a) >= x``), differentiable everywhere (it starts as
+    ``x**3 / (3 a**2)``), ``~ x - a`` for large ``x``, and the plain rectifier as ``a -> 0``.
+    """
+    return torch.clamp_min(x - a * torch.tanh(x / a), 0.0)
+
+
+# -- Elman ---------------------------------------------------------------------------------------
+@register_cell("elman")
+class ElmanCell(RecurrentCell):
+    """The simple (Elman, 1990) recurrent network, DSF eq. 6: ``h_t = phi(V h_{t-1} + W x_t + b)``.
+
+    Options:
+        activation: phi, ``"tanh"`` (default), ``"relu"``, ``"sigmoid"`` or ``"identity"``.
+
+    Parameters: ``W`` [H, I], ``V`` [H, H], ``b`` [H]. State: ``(h,)``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, activation: str = "tanh") -> None:
+        super().__init__(input_size, hidden_size)
+        self.phi = _activation(activation, "activation")
+        self.activation = activation
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(H, input_size))
+        self.V = nn.Parameter(torch.empty(H, H))
+        self.b = nn.Parameter(torch.empty(H))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(H), 1/sqrt(H)); bias 0."""
+        super().reset_parameters()
+        nn.init.zeros_(self.b)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W, self.b)  # [..., H] = W x_t + b
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        h = self.phi(torch.addmm(projected_t, h_prev, self.V.t()))  # eq. 6, [B, H]
+        return h, (h,)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, activation={self.activation!r}"
+
+
+# -- multiplicative integration ------------------------------------------------------------------
+@register_cell("mi-rnn")
+class MIRNNCell(RecurrentCell):
+    """Second-order / multiplicative-integration RNN (Wu et al. 2016), DSF eq. 11 as a standalone RNN::
+
+        d1  = alpha * V h_{t-1} * W x_t
+        d2  = beta1 * V h_{t-1} + beta2 * W x_t
+        h_t = phi(d1 + d2 + b)                                                   (11)
+
+    The input side is hoisted: :meth:`project_inputs` returns ``A = alpha * W x_t + beta1`` and
+    ``B = beta2 * W x_t + b`` (stacked, ``[..., 2H]``), so a step is ``phi(V h_{t-1} * A + B)``,
+    which is eq. 11 regrouped.
+
+    Options:
+        activation: phi, ``"tanh"`` (default), ``"relu"``, ``"sigmoid"`` or ``"identity"``.
+
+    Parameters: ``W`` [H, I], ``V`` [H, H], ``b``, ``alpha``, ``beta1``, ``beta2`` [H] each
+    (``H*H + H*I + 4H``). State: ``(h,)``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, activation: str = "tanh") -> None:
+        super().__init__(input_size, hidden_size)
+        self.phi = _activation(activation, "activation")
+        self.activation = activation
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(H, input_size))
+        self.V = nn.Parameter(torch.empty(H, H))
+        self.b = nn.Parameter(torch.empty(H))
+        self.alpha = nn.Parameter(torch.empty(H))
+        self.beta1 = nn.Parameter(torch.empty(H))
+        self.beta2 = nn.Parameter(torch.empty(H))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(H), 1/sqrt(H)); ``b`` = 0; ``alpha``, ``beta1``, ``beta2`` = 1."""
+        super().reset_parameters()
+        nn.init.zeros_(self.b)
+        for p in (self.alpha, self.beta1, self.beta2):
+            nn.init.ones_(p)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        Wx = F.linear(x, self.W)  # [..., H]
+        A = torch.addcmul(self.beta1, self.alpha, Wx)  # alpha * Wx + beta1: multiplies V h_{t-1}
+        B = torch.addcmul(self.b, self.beta2, Wx)  # beta2 * Wx + b
+        return torch.cat((A, B), dim=-1)  # [..., 2H]
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        A, B = projected_t.chunk(2, dim=-1)  # [B, H] each
+        Vh = F.linear(h_prev, self.V)  # [B, H]
+        h = self.phi(torch.addcmul(B, Vh, A))  # eq. 11: Vh*(alpha*Wx + beta1) + beta2*Wx + b
+        return h, (h,)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, activation={self.activation!r}"
+
+
+# -- LSTM ----------------------------------------------------------------------------------------
+@register_cell("lstm")
+class LSTMCell(RecurrentCell):
+    """Long Short-Term Memory, DSF sec. 3 (eqs 16-17 and the cell-state equations before them)::
+
+        z_t = tanh(W_z x_t + V_z h_{t-1} + b_z)                  candidate
+        i_t = sigmoid(W_i x_t + V_i h_{t-1} [+ U_i * c_{t-1}] + b_i)   input gate
+        f_t = sigmoid(W_f x_t + V_f h_{t-1} [+ U_f * c_{t-1}] + b_f)   forget gate
+        c_t = f_t * c_{t-1} + i_t * z_t
+        r_t = sigmoid(W_r x_t + V_r h_{t-1} [+ U_r * c_t] + b_r)        output gate (17)
+        h_t = r_t * tanh(c_t)                                                   (16)
+
+    The bracketed peephole terms are present with ``peepholes=True``. They are *diagonal*
+    (vectors, element-wise products) as in Graves (2013), which the DSF paper cites for its LSTM, and
+    as the sr-RNN paper writes them (``p ⊙ c``, its eqs 7-9). The output gate peeks at the *new* cell
+    state ``c_t`` (DSF eq. 17, sr-RNN eq. 9); the input and forget gates at ``c_{t-1}``.
+
+    Gate blocks are stacked in the order (i, f, z, r), the same order as ``torch.nn.LSTMCell``'s
+    (i, f, g, o), so its weights copy over block for block (its two biases add up to ``b``).
+
+    Options:
+        peepholes: add the diagonal peepholes ``U_i``, ``U_f``, ``U_r`` (default False).
+        forget_bias: the value the forget-gate bias ``b_f`` is *initialised* to (default 1.0; the
+            DSF paper searched {1, 2, 3} for its LSTM baselines, footnote 12, and 1 is the usual
+            recommendation of Jozefowicz et al. 2015). ``b_f`` is learned like every other bias.
+
+    Parameters: ``W`` [4H, I], ``V`` [4H, H], ``b`` [4H] and, with peepholes, ``U_i``, ``U_f``,
+    ``U_r`` [H] each. State: ``(h, c)``; output ``h``.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        peepholes: bool = False,
+        forget_bias: float = 1.0,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        self.peepholes = _check_bool("peepholes", peepholes)
+        self.forget_bias = _check_finite("forget_bias", forget_bias)
+        self.state_sizes = (hidden_size, hidden_size)  # (h, c)
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(4 * H, input_size))  # [W_i; W_f; W_z; W_r]
+        self.V = nn.Parameter(torch.empty(4 * H, H))  # [V_i; V_f; V_z; V_r]
+        self.b = nn.Parameter(torch.empty(4 * H))  # [b_i; b_f; b_z; b_r]
+        if self.peepholes:
+            self.U_i = nn.Parameter(torch.empty(H))
+            self.U_f = nn.Parameter(torch.empty(H))
+            self.U_r = nn.Parameter(torch.empty(H))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights and peepholes U(-1/sqrt(H), 1/sqrt(H)); biases 0 except ``b_f`` = forget_bias."""
+        super().reset_parameters()
+        H = self.hidden_size
+        with torch.no_grad():
+            self.b.zero_()
+            self.b[H : 2 * H].fill_(self.forget_bias)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W, self.b)  # [..., 4H] = W x_t + b for all four blocks
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        h_prev, c_prev = state
+        gates = torch.addmm(projected_t, h_prev, self.V.t())  # [B, 4H]: one recurrent matmul
+        a_i, a_f, a_z, a_r = gates.chunk(4, dim=-1)  # [B, H] each
+        if self.peepholes:
+            a_i = torch.addcmul(a_i, self.U_i, c_prev)
+            a_f = torch.addcmul(a_f, self.U_f, c_prev)
+        i = torch.sigmoid(a_i)
+        f = torch.sigmoid(a_f)
+        z = torch.tanh(a_z)
+        c = torch.addcmul(f * c_prev, i, z)  # c_t = f_t * c_{t-1} + i_t * z_t
+        if self.peepholes:
+            a_r = torch.addcmul(a_r, self.U_r, c)  # the output gate reads c_t (eq. 17)
+        r = torch.sigmoid(a_r)  # eq. 17
+        h = r * torch.tanh(c)  # eq. 16
+        return h, (h, c)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, peepholes={self.peepholes}, forget_bias={self.forget_bias}"
+
+
+# -- GRU -----------------------------------------------------------------------------------------
+@register_cell("gru")
+class GRUCell(RecurrentCell):
+    """Gated Recurrent Unit exactly as DSF sec. 3 writes it (eqs 18-19 and the inner function)::
+
+        q_t = sigmoid(V_q h_{t-1} + W_q x_t + b_q)                     reset gate
+        r_t = sigmoid(V_r h_{t-1} + W_r x_t + b_r)                     state gate (19)
+        g_t = tanh(V_h (q_t * h_{t-1}) + W_h x_t + b_h)                inner function
+        h_t = r_t * g_t + (1 - r_t) * h_{t-1}                          outer function (18)
+
+    Eq. 18 is ``Phi(gamma[g + beta h_{t-1}])`` with ``gamma = r_t``, ``beta = 1 - r_t``, read (as eq.
+    2 becomes eq. 3) as ``gamma * g + beta * h_{t-1}``, and ``Phi`` the identity. So ``r_t`` weights
+    the *new* proposal, as Chung et al. (2014)'s update gate does; ``torch.nn.GRUCell`` (after Cho et
+    al. 2014) writes ``(1 - z) * n + z * h``, i.e. its ``z`` is ``1 - r_t``: the same function family,
+    reached by negating the update gate's weights and bias.
+
+    A second, real difference with PyTorch / cuDNN is where the reset gate acts: the paper resets the
+    state *before* the recurrent product, ``V_h (q_t * h_{t-1})`` (two recurrent matmuls per step);
+    PyTorch resets it *after*, ``q_t * (V_h h_{t-1})``. No weight mapping turns one into the other, so
+    the option ``reset_after=True`` gives the PyTorch placement (one stacked recurrent matmul)::
+
+        g_t = tanh(q_t * (V_h h_{t-1}) + W_h x_t + b_h)
+
+    which equals ``torch.nn.GRUCell`` when its recurrent candidate bias ``b_hn`` is 0 (this cell
+    keeps one bias per block, like the paper).
+
+    Gate blocks are stacked (q, r, h), the positions of torch's (reset, update, new).
+
+    Options:
+        reset_after: apply the reset gate after the recurrent product (default False: the paper).
+
+    Parameters: ``W`` [3H, I], ``V`` [3H, H], ``b`` [3H] (``3(H*H) + 3(H*I) + 3H``). State: ``(h,)``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, reset_after: bool = False) -> None:
+        super().__init__(input_size, hidden_size)
+        self.reset_after = _check_bool("reset_after", reset_after)
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(3 * H, input_size))  # [W_q; W_r; W_h]
+        self.V = nn.Parameter(torch.empty(3 * H, H))  # [V_q; V_r; V_h]
+        self.b = nn.Parameter(torch.empty(3 * H))  # [b_q; b_r; b_h]
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(H), 1/sqrt(H)); biases 0."""
+        super().reset_parameters()
+        nn.init.zeros_(self.b)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W, self.b)  # [..., 3H] = W x_t + b for q, r and g
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        H = self.hidden_size
+        p_q, p_r, p_h = projected_t.chunk(3, dim=-1)  # [B, H] each
+        if self.reset_after:
+            Vq, Vr, Vh = F.linear(h_prev, self.V).chunk(3, dim=-1)  # one matmul, [B, H] each
+            q = torch.sigmoid(p_q + Vq)
+            r = torch.sigmoid(p_r + Vr)
+            g = torch.tanh(torch.addcmul(p_h, q, Vh))  # q_t * (V_h h_{t-1}) + W_h x_t + b_h
+        else:
+            Vq, Vr = F.linear(h_prev, self.V[: 2 * H]).chunk(2, dim=-1)  # the two gates at once
+            q = torch.sigmoid(p_q + Vq)
+            r = torch.sigmoid(p_r + Vr)  # eq. 19
+            g = torch.tanh(torch.addmm(p_h, q * h_prev, self.V[2 * H :].t()))  # V_h (q_t * h_{t-1})
+        h = torch.lerp(h_prev, g, r)  # eq. 18: r_t * g_t + (1 - r_t) * h_{t-1}
+        return h, (h,)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, reset_after={self.reset_after}"
+
+
+# -- MGU -----------------------------------------------------------------------------------------
+@register_cell("mgu")
+class MGUCell(RecurrentCell):
+    """Minimal Gated Unit (Zhou et al. 2016) as DSF sec. 3 describes it: the GRU's outer function
+    (eqs 18-19) with a single forget gate ``r_t`` that also resets the inner function::
+
+        r_t = sigmoid(V_r h_{t-1} + W_r x_t + b_r)                     forget gate (19)
+        g_t = tanh(V_h (r_t * h_{t-1}) + W_h x_t + b_h)                inner function
+        h_t = r_t * g_t + (1 - r_t) * h_{t-1}                          outer function (18)
+
+    (Zhou et al. write the same update as ``(1 - f_t) * h_{t-1} + f_t * h~_t``.) The gate must be
+    known before ``V_h`` is applied, so a step takes two recurrent matmuls.
+
+    Parameters: ``W`` [2H, I], ``V`` [2H, H], ``b`` [2H], blocks stacked (r, h). State: ``(h,)``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__(input_size, hidden_size)
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(2 * H, input_size))  # [W_r; W_h]
+        self.V = nn.Parameter(torch.empty(2 * H, H))  # [V_r; V_h]
+        self.b = nn.Parameter(torch.empty(2 * H))  # [b_r; b_h]
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(H), 1/sqrt(H)); biases 0."""
+        super().reset_parameters()
+        nn.init.zeros_(self.b)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W, self.b)  # [..., 2H] = W x_t + b for r and g
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        H = self.hidden_size
+        p_r, p_h = projected_t.chunk(2, dim=-1)  # [B, H] each
+        r = torch.sigmoid(torch.addmm(p_r, h_prev, self.V[:H].t()))  # eq. 19
+        g = torch.tanh(torch.addmm(p_h, r * h_prev, self.V[H:].t()))  # V_h (r_t * h_{t-1})
+        h = torch.lerp(h_prev, g, r)  # eq. 18: r_t * g_t + (1 - r_t) * h_{t-1}
+        return h, (h,)
+
+
+# -- smoothed rectifier RNN ----------------------------------------------------------------------
+@register_cell("srelu-rnn")
+class SmoothedReLURNNCell(RecurrentCell):
+    """The RNN of the IRLM paper (sec. 2.1-2.2) with its smoothed rectifier::
+
+        x_t = f(W y_t + R x_{t-1} [+ b]),     f(v) = max(0, v - a * tanh(v / a))
+
+    (the paper's ``x`` is our state ``h``, its ``y`` our input, its ``R`` our ``V``). The paper prints
+    ``a tanh x/a``; it is read as ``a * tanh(x / a)``, the only reading in which ``a`` matters and
+    "when a is made small this function approaches the standard rectifier" holds.
+
+    Options:
+        a: the smoothing scale, a positive number. The paper gives no value; the default 1.0 is ours.
+        bias: add a bias ``b`` as in the Elman form of DSF eq. 6 (default False: the paper's
+            equation has none).
+
+    Parameters: ``W`` [H, I], ``V`` [H, H] and, with ``bias``, ``b`` [H]. State: ``(h,)``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, a: float = 1.0, bias: bool = False) -> None:
+        super().__init__(input_size, hidden_size)
+        self.a = _check_positive("a", a)
+        self.bias = _check_bool("bias", bias)
+        H = hidden_size
+        self.W = nn.Parameter(torch.empty(H, input_size))  # encoding matrix
+        self.V = nn.Parameter(torch.empty(H, H))  # recurrent (transformation) matrix R
+        self.b = nn.Parameter(torch.empty(H)) if self.bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(H), 1/sqrt(H)); bias (if any) 0."""
+        super().reset_parameters()
+        if self.b is not None:
+            nn.init.zeros_(self.b)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W, self.b)  # [..., H] = W y_t (+ b)
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (h_prev,) = state
+        h = smoothed_rectifier(torch.addmm(projected_t, h_prev, self.V.t()), self.a)  # [B, H]
+        return h, (h,)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, a={self.a}, bias={self.bias}"
