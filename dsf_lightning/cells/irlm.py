@@ -1,0 +1,171 @@
+"""The impulse-response language model (IRLM) of Pachitariu & Sahani, "Regularization and
+nonlinearities for neural language models: when are they needed?"
+(``papers/irlm_regularization_and_nonlinearities.md``).
+
+The RNN of sec. 2.1, ``x_t = f(W y_t + R x_{t-1})``, with the nonlinearity f replaced by the identity
+and the recurrent matrix R made diagonal (sec. 3)::
+
+    x_t = W y_t + r * x_{t-1}        (r = diag(R), one self-connection per unit, in (-1, 1))
+
+The softmax reads ``x_t`` directly (``P(y_{t+1}) ~ exp(y_{t+1}^T Z x_t)``, eq. 1), so the output is
+``x_t`` with no output nonlinearity. A unit's contribution from ``tau`` steps back decays like
+``r^tau = exp(tau log r)``: its timescale is ``-1 / log|r|`` (sec. 5.1).
+
+Sec. 5.3 adds *long-context units* (LCUs) whose self-connections are "constrained to lie between 0.7
+and 1" (initialized at 0.9; the remaining short-context units start at 0).
+
+How r is kept in range (the paper does not say): each unit has a free parameter ``rho`` and
+``r = lo + (hi - lo) * sigmoid(rho)`` with per-unit bounds ``(lo, hi)`` = ``(-1, 1)`` (so
+``r = tanh(rho / 2)``) or the LCU range. This holds for any ``rho`` (no projection step needed in
+the training loop) and r is clamped ``eps`` inside the bounds so ``|r| < 1`` even when the sigmoid
+saturates. The paper trains the self-connections with a 1000-fold smaller learning rate than ``W``
+(sec. 3): put ``rho`` in its own optimizer parameter group to do the same.
+
+Not part of the cell (the paper applies them outside the recurrence): dropout on ``x_t`` before the
+decoder (sec. 4) and column normalization of ``W`` and ``Z``. The paper's smoothed-rectifier RNN
+(sec. 2.2) is in :mod:`.classic`.
+
+Registered cells:
+
+* ``irlm``  the diagonal linear recurrence above, optionally with LCUs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import CellOptionError, RecurrentCell, State
+from .registry import register_cell
+
+
+def _check_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise CellOptionError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _check_range(name: str, value: object) -> tuple[float, float]:
+    """A pair (lo, hi) with -1 <= lo < hi <= 1."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise CellOptionError(f"{name} must be a pair (low, high), got {value!r}")
+    lo, hi = (_check_number(name, v) for v in value)
+    if not -1.0 <= lo < hi <= 1.0:
+        raise CellOptionError(f"{name} must satisfy -1 <= low < high <= 1, got {value!r}")
+    return lo, hi
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+@register_cell("irlm")
+class IRLMCell(RecurrentCell):
+    """IRLM, sec. 3: ``x_t = W y_t + r * x_{t-1}``, output ``x_t`` (no nonlinearity).
+
+    Options:
+        r_init: initial self-connection of the ordinary units, in (-1, 1) (0: "short-context units
+            initialized at 0", sec. 5.3).
+        long_context_units: how many of the ``hidden_size`` units are long-context units (sec. 5.3;
+            the paper uses 384 LCUs out of 512 units); they are the *first* units. 0 by default.
+        long_context_range: ``(low, high)``, the open interval the LCUs' self-connections are kept in
+            (``(0.7, 1.0)``, sec. 5.3); ``-1 <= low < high <= 1``.
+        long_context_init: initial self-connection of the LCUs, inside ``long_context_range``
+            (0.9, sec. 5.3).
+
+    State: ``(x [B, H],)``, which is also the output.
+
+    Parameters: ``W`` [H, I] (the encoding matrix), ``rho`` [H] (self-connections before squashing):
+    ``H I + H``.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        r_init: float = 0.0,
+        long_context_units: int = 0,
+        long_context_range: tuple[float, float] = (0.7, 1.0),
+        long_context_init: float = 0.9,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        self.r_init = _check_number("r_init", r_init)
+        if not -1.0 < self.r_init < 1.0:
+            raise CellOptionError(f"r_init must lie in (-1, 1), got {r_init!r}")
+        if (
+            isinstance(long_context_units, bool)
+            or not isinstance(long_context_units, int)
+            or not 0 <= long_context_units <= hidden_size
+        ):
+            raise CellOptionError(
+                f"long_context_units must be an integer in [0, hidden_size={hidden_size}], got {long_context_units!r}"
+            )
+        self.long_context_units = long_context_units
+        self.long_context_range = _check_range("long_context_range", long_context_range)
+        lo, hi = self.long_context_range
+        self.long_context_init = _check_number("long_context_init", long_context_init)
+        if not lo < self.long_context_init < hi:
+            raise CellOptionError(
+                f"long_context_init must lie inside long_context_range ({lo}, {hi}), got {long_context_init!r}"
+            )
+
+        self.W = nn.Parameter(torch.empty(hidden_size, input_size))  # the encoding matrix
+        self.rho = nn.Parameter(torch.empty(hidden_size))  # diag(R) before squashing into its bounds
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """``W`` U(-1/sqrt(H), 1/sqrt(H)); r at ``long_context_init`` (LCUs) and ``r_init`` (others)."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        nn.init.uniform_(self.W, -bound, bound)
+        lo, hi = self.long_context_range
+        L = self.long_context_units
+        with torch.no_grad():
+            self.rho[:L] = _logit((self.long_context_init - lo) / (hi - lo))
+            self.rho[L:] = _logit((self.r_init + 1.0) / 2.0)
+
+    def r_bounds(self) -> tuple[Tensor, Tensor]:
+        """Per-unit (low, high) [H] each: the LCUs' ``long_context_range``, (-1, 1) for the others.
+
+        Built from the Python floats in the parameters' dtype (exact after ``.double()``)."""
+        lo, hi = self.long_context_range
+        lcu = self.long_context_mask
+        low = self.rho.new_full((self.hidden_size,), -1.0).masked_fill(lcu, lo)
+        high = self.rho.new_full((self.hidden_size,), 1.0).masked_fill(lcu, hi)
+        return low, high
+
+    @property
+    def r(self) -> Tensor:
+        """The self-connections diag(R) [H], each strictly inside its unit's bounds."""
+        low, high = self.r_bounds()
+        eps = torch.finfo(self.rho.dtype).eps
+        r = low + (high - low) * torch.sigmoid(self.rho)
+        return torch.clamp(r, low + eps, high - eps)
+
+    @property
+    def long_context_mask(self) -> Tensor:
+        """Boolean [H], true for the long-context units (zero the others to score with LCUs alone)."""
+        return torch.arange(self.hidden_size, device=self.rho.device) < self.long_context_units
+
+    def timescales(self) -> Tensor:
+        """``-1 / log|r|`` per unit [H] (sec. 5.1): how many steps back a unit remembers (0 for r = 0)."""
+        with torch.no_grad():
+            return -1.0 / torch.log(self.r.abs())
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.W)  # [..., H] = W y_t
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (x_prev,) = state
+        x = projected_t + self.r * x_prev  # sec. 3: x_t = W y_t + R x_{t-1}, R diagonal, f = identity
+        return x, (x,)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, r_init={self.r_init}, long_context_units={self.long_context_units}, "
+            f"long_context_range={self.long_context_range}, long_context_init={self.long_context_init}"
+        )

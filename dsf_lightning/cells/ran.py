@@ -1,0 +1,138 @@
+"""Recurrent Additive Networks (Lee, Levy & Zettlemoyer, "Recurrent Additive Networks",
+``papers/ran_recurrent_additive_networks.md``).
+
+The state is updated by a purely additive, gated, component-wise sum of the (linearly projected)
+input and the previous state; the only nonlinearities are in the gates (and the output function g)::
+
+    c~_t = W_cx x_t                                                          (1)
+    i_t  = sigma(W_ih h_{t-1} + W_ix x_t + b_i)
+    f_t  = sigma(W_fh h_{t-1} + W_fx x_t + b_f)
+    c_t  = i_t * c~_t + f_t * c_{t-1}
+    h_t  = g(c_t)
+
+and, when the content and output layers are trivial (c~_t = x_t, g = identity)::
+
+    i_t  = sigma(W_ic c_{t-1} + W_ix x_t + b_i)                              (2)
+    f_t  = sigma(W_fc c_{t-1} + W_fx x_t + b_f)
+    c_t  = i_t * x_t + f_t * c_{t-1}
+
+so that ``c_t = sum_j w_j^t * x_j`` with ``w_j^t = i_j * prod_{k>j} f_k`` (eq. 3, from c_0 = 0).
+
+Registered cells:
+
+* ``ran``         eq. 1, with ``g`` = tanh ("tanh RAN") or identity ("identity RAN").
+* ``ran-simple``  eq. 2 (needs ``input_size == hidden_size``: the content is x_t itself).
+
+Both carry only ``c``: in eq. 1, ``h_{t-1} = g(c_{t-1})`` is recomputed from it exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import CellOptionError, RecurrentCell, State, activation, check_choice
+from .registry import register_cell
+
+OUTPUT_FUNCTIONS = ("tanh", "identity")
+
+
+@register_cell("ran")
+class RANCell(RecurrentCell):
+    """The RAN of eq. 1: gated additive update of a linear content layer, output ``h_t = g(c_t)``.
+
+    Options:
+        g: the output function, ``"tanh"`` (default; the paper's main model, the only one stable
+            on Text8) or ``"identity"`` (then ``h_t = c_t``).
+
+    State: ``(c [B, H],)``; the gates read ``h_{t-1} = g(c_{t-1})``, recomputed from ``c_{t-1}``.
+    Output: ``h_t`` [B, H].
+
+    Parameters: ``W_cx``, ``W_ix``, ``W_fx`` [H, I], ``W_ih``, ``W_fh`` [H, H], ``b_i``, ``b_f`` [H]:
+    ``2 H^2 + 3 H I`` weights (the paper's count, sec. 2.1) plus ``2 H`` biases.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, g: str = "tanh") -> None:
+        super().__init__(input_size, hidden_size)
+        self.g_name = check_choice("g", g, OUTPUT_FUNCTIONS)
+        self.g = activation(g, "g")
+        H, I = hidden_size, input_size
+        self.W_cx = nn.Parameter(torch.empty(H, I))  # content layer
+        self.W_ix = nn.Parameter(torch.empty(H, I))  # input gate, data part
+        self.W_fx = nn.Parameter(torch.empty(H, I))  # forget gate, data part
+        self.W_ih = nn.Parameter(torch.empty(H, H))  # input gate, recurrent part
+        self.W_fh = nn.Parameter(torch.empty(H, H))  # forget gate, recurrent part
+        self.b_i = nn.Parameter(torch.empty(H))
+        self.b_f = nn.Parameter(torch.empty(H))
+        self.reset_parameters()
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        # [..., 3H] = [W_cx x, W_ix x + b_i, W_fx x + b_f] in one matmul
+        weight = torch.cat((self.W_cx, self.W_ix, self.W_fx))
+        bias = torch.cat((torch.zeros_like(self.b_i), self.b_i, self.b_f))
+        return F.linear(x, weight, bias)
+
+    def gates(self, projected_t: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(content c~_t, input gate i_t, forget gate f_t) of eq. 1, each [B, H]."""
+        content, x_i, x_f = projected_t.chunk(3, dim=-1)
+        h_prev = self.g(c_prev)  # h_{t-1} = g(c_{t-1})
+        i = torch.sigmoid(x_i + F.linear(h_prev, self.W_ih))
+        f = torch.sigmoid(x_f + F.linear(h_prev, self.W_fh))
+        return content, i, f
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (c_prev,) = state
+        content, i, f = self.gates(projected_t, c_prev)
+        c = i * content + f * c_prev  # eq. 1: purely additive state update
+        return self.g(c), (c,)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, g={self.g_name!r}"
+
+
+@register_cell("ran-simple")
+class SimpleRANCell(RecurrentCell):
+    """The simplified RAN of eq. 2: the content is ``x_t`` itself and the output is ``c_t``.
+
+    No options. ``input_size`` must equal ``hidden_size``.
+
+    State: ``(c [B, H],)``, which is also the output (the gates read ``c_{t-1}``).
+
+    Parameters: ``W_ix``, ``W_fx`` [H, I], ``W_ic``, ``W_fc`` [H, H], ``b_i``, ``b_f`` [H]:
+    ``2 H^2 + 2 H I + 2 H`` (= ``4 H^2 + 2 H``).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__(input_size, hidden_size)
+        if input_size != hidden_size:
+            raise CellOptionError(
+                f"ran-simple adds x_t to the state itself (eq. 2), so input_size must equal hidden_size; "
+                f"got input_size={input_size}, hidden_size={hidden_size} (use 'ran' for a content layer)"
+            )
+        H = hidden_size
+        self.W_ix = nn.Parameter(torch.empty(H, H))
+        self.W_fx = nn.Parameter(torch.empty(H, H))
+        self.W_ic = nn.Parameter(torch.empty(H, H))
+        self.W_fc = nn.Parameter(torch.empty(H, H))
+        self.b_i = nn.Parameter(torch.empty(H))
+        self.b_f = nn.Parameter(torch.empty(H))
+        self.reset_parameters()
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        # [..., 3H] = [x, W_ix x + b_i, W_fx x + b_f]: the content is x itself
+        gates_x = F.linear(x, torch.cat((self.W_ix, self.W_fx)), torch.cat((self.b_i, self.b_f)))
+        return torch.cat((x, gates_x), dim=-1)
+
+    def gates(self, projected_t: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(content x_t, input gate i_t, forget gate f_t) of eq. 2, each [B, H]."""
+        x, x_i, x_f = projected_t.chunk(3, dim=-1)
+        i = torch.sigmoid(x_i + F.linear(c_prev, self.W_ic))
+        f = torch.sigmoid(x_f + F.linear(c_prev, self.W_fc))
+        return x, i, f
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        (c_prev,) = state
+        x, i, f = self.gates(projected_t, c_prev)
+        c = i * x + f * c_prev  # eq. 2
+        return c, (c,)

@@ -1,0 +1,158 @@
+"""The Structurally Constrained Recurrent Network (Mikolov et al., 2015) as written by Kabdolov,
+Assylbekov & Takhanov, "Reproducing and Regularizing the SCRN Model"
+(``papers/scrn_reproducing_and_regularizing.md``).
+
+Two states: a slowly changing *context* state ``s`` (a fixed-rate leaky average of the input, no
+nonlinearity) and a quickly changing *hidden* state ``h``. In the paper's row-vector notation::
+
+    s_t = (1 - alpha) x_t B + alpha s_{t-1}                                  (1)
+    h_t = sigma(x_t A + s_t P + h_{t-1} R)                                   (2)
+    y_t = [s_t; h_t]            (what the next layer and the softmax read)   (7), (8)
+
+Here weights are stored PyTorch-style (``[out, in]``, applied with ``F.linear``), so ``B`` is the
+transpose of the paper's ``B`` and so on. The paper omits the bias of (2) "for the sake of
+simplicity"; it is kept here (``bias=True``) and can be dropped.
+
+Registered cells:
+
+* ``scrn``  eqs 1-2, output ``[s; h]`` (eq. 7) or ``h`` alone (the sec. 6.1 ablation "context in
+            softmax" removed).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import (
+    CellOptionError,
+    RecurrentCell,
+    State,
+    activation,
+    check_choice,
+    check_positive_int,
+    check_probability,
+)
+from .registry import register_cell
+
+OUTPUTS = ("both", "hidden")
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise CellOptionError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+@register_cell("scrn")
+class SCRNCell(RecurrentCell):
+    """SCRN, eqs 1-2 (one layer of the stacked eq. 7).
+
+    ``hidden_size`` is ``d_h``, the size of the fast state ``h``.
+
+    Options:
+        context_size: ``d_s``, size of the slow context state ``s`` (40, the paper's small models;
+            its medium models use 120, about d_h / 6).
+        alpha: the context decay of eq. 1, in [0, 1] (0.95, Table 1; 0.9 in the tuned stacked models
+            of Table 3). Fixed by default: stored as a buffer, not a parameter.
+        learn_alpha: learn alpha instead (not in the paper): ``alpha = sigmoid(alpha_logit)``, a
+            single scalar parameter initialized at ``logit(alpha)`` (clamped ``eps`` inside (0, 1)),
+            so alpha stays in (0, 1) and ``alpha`` must then lie strictly inside (0, 1).
+        output: ``"both"`` (``[s_t; h_t]``, eq. 7: stacking and the softmax of eq. 8 read both) or
+            ``"hidden"`` (``h_t`` only: the sec. 6.1 ablation without the context in the softmax).
+        hidden_activation: sigma of eq. 2 (the logistic sigmoid in the paper).
+        bias: add a bias ``b`` [d_h] inside sigma in eq. 2 (omitted in the paper's equations only
+            for simplicity).
+
+    State: ``(s [B, d_s], h [B, d_h])``. Output size: ``d_s + d_h`` (``"both"``) or ``d_h``.
+
+    Parameters: ``B`` [d_s, I], ``A`` [d_h, I], ``P`` [d_h, d_s], ``R`` [d_h, d_h], ``b`` [d_h]
+    (with ``bias``), ``alpha_logit`` [] (with ``learn_alpha``): ``I (d_s + d_h) + d_s d_h + d_h^2
+    (+ d_h)``. With one-hot inputs (I = |W|), ``A`` and ``B`` are the input half of eq. 5.
+    """
+
+    recurrent_state_index = 1  # variational dropout masks h, never the context s (SCRN eq. 9)
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        context_size: int = 40,
+        alpha: float = 0.95,
+        learn_alpha: bool = False,
+        output: str = "both",
+        hidden_activation: str = "sigmoid",
+        bias: bool = True,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        self.context_size = check_positive_int("context_size", context_size)
+        self.learn_alpha = _check_bool("learn_alpha", learn_alpha)
+        alpha = check_probability("alpha", alpha)
+        if self.learn_alpha and alpha in (0.0, 1.0):
+            raise CellOptionError(f"alpha must lie strictly inside (0, 1) when learn_alpha=True, got {alpha!r}")
+        self.alpha_init = alpha
+        self.output = check_choice("output", output, OUTPUTS)
+        self.sigma = activation(hidden_activation, "hidden_activation")
+        self.hidden_activation = hidden_activation
+        self.bias = _check_bool("bias", bias)
+
+        S, H = context_size, hidden_size
+        self.B = nn.Parameter(torch.empty(S, input_size))  # input -> context (eq. 1)
+        self.A = nn.Parameter(torch.empty(H, input_size))  # input -> hidden (eq. 2)
+        self.P = nn.Parameter(torch.empty(H, S))  # context -> hidden (eq. 2)
+        self.R = nn.Parameter(torch.empty(H, H))  # hidden -> hidden (eq. 2)
+        self.register_parameter("b", nn.Parameter(torch.empty(H)) if bias else None)  # eq. 2 bias
+        if self.learn_alpha:
+            self.alpha_logit = nn.Parameter(torch.tensor(math.log(alpha / (1 - alpha))))
+        else:
+            self.register_buffer("alpha_fixed", torch.tensor(alpha))
+        self.state_sizes = (S, H)
+        self.output_size = S + H if self.output == "both" else H
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weights U(-1/sqrt(d_h), 1/sqrt(d_h)), bias 0, alpha back to its initial value."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for w in (self.A, self.B, self.P, self.R):
+            nn.init.uniform_(w, -bound, bound)
+        if self.b is not None:
+            nn.init.zeros_(self.b)
+        if self.learn_alpha:
+            with torch.no_grad():
+                self.alpha_logit.fill_(math.log(self.alpha_init / (1 - self.alpha_init)))
+
+    @property
+    def alpha(self) -> Tensor:
+        """The context decay of eq. 1, a 0-d tensor. With ``learn_alpha`` it is ``sigmoid(alpha_logit)``,
+        clamped ``eps`` inside (0, 1) so it stays strictly inside even when the sigmoid saturates."""
+        if not self.learn_alpha:
+            return self.alpha_fixed
+        eps = torch.finfo(self.alpha_logit.dtype).eps
+        return torch.sigmoid(self.alpha_logit).clamp(eps, 1 - eps)
+
+    def project_inputs(self, x: Tensor) -> Tensor:
+        # [..., d_s + d_h] = [x B, x A] in one matmul (hoisted over time)
+        return F.linear(x, torch.cat((self.B, self.A)))
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        s_prev, h_prev = state  # [B, d_s], [B, d_h]
+        xB, xA = projected_t.split((self.context_size, self.hidden_size), dim=-1)
+        alpha = self.alpha
+        s = (1 - alpha) * xB + alpha * s_prev  # eq. 1
+        pre = xA + F.linear(s, self.P) + F.linear(h_prev, self.R)
+        if self.b is not None:
+            pre = pre + self.b
+        h = self.sigma(pre)  # eq. 2
+        out = torch.cat((s, h), dim=-1) if self.output == "both" else h  # eq. 7: y_t = [s_t; h_t]
+        return out, (s, h)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, context_size={self.context_size}, alpha={self.alpha_init}, "
+            f"learn_alpha={self.learn_alpha}, output={self.output!r}, "
+            f"hidden_activation={self.hidden_activation!r}, bias={self.bias}"
+        )
