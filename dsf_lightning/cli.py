@@ -1,7 +1,10 @@
 """The ``dsf`` command line.
 
-``dsf list cells`` prints the registered cell names, one per line; ``--details`` adds each cell's
-family, the paper equation it implements and its parameter count at a chosen size.
+``dsf fit | validate | test | predict`` is a LightningCLI over
+:class:`~dsf_lightning.training.LanguageModelModule` and
+:class:`~dsf_lightning.data.datamodule.LanguageModelDataModule` (``--config recipes/...yaml``, with
+``data.vocab_size`` linked into the model). ``dsf list cells`` prints the registered cell names, one
+per line; ``--details`` adds each cell's parameter count at a chosen size and what it is.
 """
 
 from __future__ import annotations
@@ -43,7 +46,11 @@ def list_cells_command(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dsf", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="dsf",
+        description="dsf-lightning: train, score and list Differential State Framework language models. "
+        f"Training subcommands (LightningCLI): {', '.join(LIGHTNING_COMMANDS)}; see `dsf fit --help`.",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="list what the library knows (cells)")
     what = listing.add_subparsers(dest="what", required=True, metavar="WHAT")
@@ -55,7 +62,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+def lightning_cli(argv: Sequence[str]) -> None:
+    """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``)."""
+    from lightning.pytorch.cli import LightningCLI
+
+    from .data.datamodule import LanguageModelDataModule
+    from .training import LanguageModelModule
+
+    class DSFCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser) -> None:
+            # the vocabulary is known only once the corpus is read: a YAML value here is ignored
+            parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
+
+    DSFCLI(
+        LanguageModelModule,
+        LanguageModelDataModule,
+        args=list(argv),
+        seed_everything_default=0,
+        trainer_defaults={"use_distributed_sampler": False},
+        save_config_kwargs={"overwrite": True},
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in LIGHTNING_COMMANDS:
+        lightning_cli(argv)
+        return 0
     args = build_parser().parse_args(argv)
     return args.handler(args)
 

@@ -1,0 +1,87 @@
+"""The language-model DataModule: any corpus of :mod:`dsf_lightning.data.corpora`, laid out as
+contiguous streams read in truncated-BPTT windows (:mod:`dsf_lightning.data.streams`).
+
+``batch_size`` and ``eval_batch_size`` count streams over all processes: under DDP each rank reads
+its own contiguous block of them (no sampler, no shuffling), so metrics do not depend on the number of
+processes. Perplexity is reported at a fixed ``eval_batch_size`` (awd-lstm-lm's convention).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+from .streams import StreamWindows
+
+
+class LanguageModelDataModule(L.LightningDataModule):
+    """Stream windows over a corpus.
+
+    Args:
+        corpus: a corpus name (``dsf list corpora``) or an already loaded ``Corpus``.
+        data_root: where the corpus files are (else ``$DSF_DATA_ROOT``, else the user cache).
+        corpus_options: passed to ``load_corpus`` (e.g. ``{"language": "fr"}`` for ``wmt-small``).
+        batch_size: training streams (B), over all processes.
+        bptt: window length T.
+        eval_batch_size: validation / test streams, over all processes.
+    """
+
+    def __init__(
+        self,
+        corpus: Any = "ptb",
+        data_root: str | None = None,
+        corpus_options: dict[str, Any] | None = None,
+        batch_size: int = 20,
+        bptt: int = 35,
+        eval_batch_size: int = 10,
+    ) -> None:
+        super().__init__()
+        self.corpus_name = corpus if isinstance(corpus, str) else corpus.name
+        self._corpus = None if isinstance(corpus, str) else corpus
+        self.data_root = data_root
+        self.corpus_options = dict(corpus_options or {})
+        self.batch_size, self.bptt, self.eval_batch_size = batch_size, bptt, eval_batch_size
+        self._windows: dict[str, StreamWindows] = {}
+        # fail early on impossible layouts, before any corpus is read
+        for name, value in (("batch_size", batch_size), ("bptt", bptt), ("eval_batch_size", eval_batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+    @property
+    def corpus(self):
+        """The loaded corpus (read, tokenized and cached on first use)."""
+        if self._corpus is None:
+            from .corpora import load_corpus
+
+            self._corpus = load_corpus(self.corpus_name, data_root=self.data_root, **self.corpus_options)
+        return self._corpus
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.corpus.vocab)
+
+    def prepare_data(self) -> None:
+        self.corpus  # noqa: B018  (download / tokenize / cache once, on the main process)
+
+    def setup(self, stage: str | None = None) -> None:
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        for split, streams in (("train", self.batch_size), ("valid", self.eval_batch_size), ("test", self.eval_batch_size)):
+            if split in self.corpus.splits and split not in self._windows:
+                self._windows[split] = StreamWindows(self.corpus.splits[split], streams, self.bptt, rank, world)
+
+    def _split(self, split: str) -> StreamWindows:
+        self.setup()
+        if split not in self._windows:
+            have = ", ".join(sorted(self.corpus.splits)) or "none"
+            raise ValueError(f"corpus {self.corpus_name!r} has no {split!r} split (it has: {have})")
+        return self._windows[split]
+
+    def train_dataloader(self) -> StreamWindows:
+        return self._split("train")
+
+    def val_dataloader(self) -> StreamWindows:
+        return self._split("valid")
+
+    def test_dataloader(self) -> StreamWindows:
+        return self._split("test")

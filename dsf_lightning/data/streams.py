@@ -1,0 +1,94 @@
+"""Truncated-BPTT batching: a split laid out as B contiguous streams, read one window at a time.
+
+The token ids of a split are cut into ``B`` equal contiguous streams (the ``batchify`` of
+salesforce/awd-lstm-lm, tokens that do not fill the last row are dropped); window ``i`` gives every
+stream its next ``bptt`` inputs and their next-token targets. Under DDP each rank reads its own
+contiguous block of ``B / world_size`` streams, so one process with B streams and two with B/2 each
+see exactly the same data. The loader is resumable: it remembers the next window across a checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+
+class StreamLayoutError(ValueError):
+    """A split cannot be laid out as the requested streams and windows."""
+
+
+def batchify(tokens: Tensor, num_streams: int) -> Tensor:
+    """1-D ``tokens`` -> ``[num_streams, n]`` contiguous streams (the remainder is dropped)."""
+    if tokens.dim() != 1:
+        raise StreamLayoutError(f"expected a 1-D tensor of token ids, got shape {tuple(tokens.shape)}")
+    if num_streams < 1:
+        raise StreamLayoutError(f"the number of streams (batch size) must be >= 1, got {num_streams}")
+    n = tokens.numel() // num_streams
+    if n < 2:
+        raise StreamLayoutError(
+            f"{tokens.numel()} tokens cannot fill {num_streams} streams of at least 2 tokens "
+            f"(an input and its target): use a smaller batch size"
+        )
+    return tokens[: n * num_streams].view(num_streams, n)
+
+
+class StreamWindows:
+    """Iterable of ``(inputs [b, T], targets [b, T], window_index)`` over this rank's streams.
+
+    ``batch_size`` is the total number of streams over all ranks; ``rank`` / ``world_size`` pick
+    this process's contiguous block. The last window of an epoch may be shorter than ``bptt``.
+    """
+
+    def __init__(self, tokens: Tensor, batch_size: int, bptt: int, rank: int = 0, world_size: int = 1) -> None:
+        if isinstance(bptt, bool) or not isinstance(bptt, int) or bptt < 1:
+            raise StreamLayoutError(f"the window length bptt must be a positive integer, got {bptt!r}")
+        if batch_size % world_size:
+            raise StreamLayoutError(
+                f"batch_size {batch_size} (total streams) must be divisible by the number of processes "
+                f"{world_size} so that every rank owns the same number of streams"
+            )
+        per_rank = batch_size // world_size
+        streams = batchify(tokens, batch_size)  # [B, n]
+        self.streams = streams[rank * per_rank : (rank + 1) * per_rank].contiguous()  # [B / W, n]
+        self.bptt = bptt
+        self._start = 0
+
+    def __len__(self) -> int:
+        return math.ceil((self.streams.shape[1] - 1) / self.bptt)
+
+    @property
+    def num_tokens(self) -> int:
+        """Target tokens this rank predicts per pass."""
+        return self.streams.shape[0] * (self.streams.shape[1] - 1)
+
+    def window(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
+        lo = index * self.bptt
+        hi = min(lo + self.bptt, self.streams.shape[1] - 1)
+        return self.streams[:, lo:hi], self.streams[:, lo + 1 : hi + 1], torch.tensor(index)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        start, self._start = self._start, 0  # a resumed position applies to one pass only
+        for index in range(start, len(self)):
+            yield self.window(index)
+
+    # Lightning calls these when a checkpoint is written / restored (its ``_Stateful`` protocol). Its
+    # fetcher reads one window ahead, so the loader cannot tell from its own iteration which window was
+    # trained last: the training module reports it through :meth:`mark_trained`.
+    def mark_trained(self, index: int) -> None:
+        """Record that window ``index`` has been trained on (a checkpoint now resumes after it)."""
+        self._trained = index + 1
+
+    def state_dict(self) -> dict[str, int]:
+        return {"start": getattr(self, "_trained", 0) % max(len(self), 1)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        start = int(state.get("start", 0))
+        if not 0 <= start < max(len(self), 1):
+            raise StreamLayoutError(
+                f"the checkpoint resumes at window {start} but this split has {len(self)} windows: "
+                "was it written with another batch size, window length or corpus?"
+            )
+        self._start = start

@@ -1,0 +1,204 @@
+"""The stacked recurrent language model: embedding -> recurrent layers -> decoder.
+
+Any registered cell (``dsf_lightning.cells``) can make up the layers, each with its own hidden size.
+The model keeps no state of its own: ``forward(tokens, state) -> (logits, state)`` with ``state`` a
+tuple holding one cell state (itself a tuple of ``[B, n]`` tensors) per layer, so truncated BPTT,
+scoring and dynamic evaluation carry it explicitly.
+
+Dropout follows the SCRN paper (``papers/scrn_reproducing_and_regularizing.md``): naive dropout
+(sec 4.2, Zaremba et al.: fresh masks per time step on the non-recurrent connections — the embedding
+output ``y^(0)`` with ``dropout_input`` and each layer output ``y^(l)`` with ``dropout_output``) or
+variational dropout (sec 4.3, eq. 9, Gal & Ghahramani: one mask per sequence window for inputs,
+outputs and the recurrent state h with ``dropout_hidden``, never the SCRN context s). Embedding
+dropout drops whole word types. The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell
+option (``cell_options: {dropout: p}``).
+
+Weight tying (SCRN sec 4.4): the decoder reuses the embedding ``E`` for the last
+``embedding_size`` features of the top layer's output; when that output is wider (SCRN's
+``[s; h]`` with ``h`` of the embedding size) the leading features keep an untied matrix, which is
+the paper's ``softmax(s U + h E^T)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .cells import RecurrentCell, State, build_cell
+from .cells.base import CellOptionError, check_positive_int, check_probability
+
+ModelState = tuple[State, ...]
+
+
+class ModelConfigError(ValueError):
+    """The language model's configuration is impossible (the message names the field)."""
+
+
+@dataclass
+class LMConfig:
+    """A plain, JSON-serializable description of a :class:`RecurrentLM` (names and numbers only).
+
+    ``embedding_size`` 0 feeds one-hot words straight into the first cell (the DSF paper's models:
+    the cell's input matrix is the embedding); ``None`` means the top layer's hidden size.
+    """
+
+    vocab_size: int
+    cell: str = "delta-rnn"
+    hidden_sizes: list[int] = field(default_factory=lambda: [256])
+    cell_options: dict[str, Any] = field(default_factory=dict)
+    embedding_size: int | None = None
+    tie_weights: bool = False
+    dropout_embedding: float = 0.0
+    dropout_input: float = 0.0
+    dropout_hidden: float = 0.0
+    dropout_output: float = 0.0
+    variational: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            check_positive_int("vocab_size", self.vocab_size)
+            if isinstance(self.hidden_sizes, int):
+                self.hidden_sizes = [self.hidden_sizes]
+            self.hidden_sizes = list(self.hidden_sizes)
+            if not self.hidden_sizes:
+                raise ModelConfigError("hidden_sizes must list at least one layer size")
+            for i, size in enumerate(self.hidden_sizes):
+                check_positive_int(f"hidden_sizes[{i}]", size)
+            if self.embedding_size is None:
+                self.embedding_size = self.hidden_sizes[-1]
+            elif self.embedding_size != 0:
+                check_positive_int("embedding_size", self.embedding_size)
+            for name in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output"):
+                check_probability(name, getattr(self, name), closed_top=False)
+        except CellOptionError as err:
+            raise ModelConfigError(str(err)) from None
+        if self.tie_weights and self.embedding_size == 0:
+            raise ModelConfigError("tie_weights needs an embedding (embedding_size > 0), not one-hot input")
+        if self.dropout_hidden > 0 and not self.variational:
+            raise ModelConfigError(
+                "dropout_hidden (recurrent-state dropout) exists only as variational dropout: "
+                "set variational: true, or use dropout_input / dropout_output for naive dropout"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LMConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ModelConfigError(f"unknown model config field(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def _dropout_mask(like: Tensor, shape: tuple[int, ...], p: float) -> Tensor:
+    """A Bernoulli(1-p) mask scaled by 1/(1-p) (inverted dropout)."""
+    return like.new_empty(shape).bernoulli_(1 - p) / (1 - p)
+
+
+class RecurrentLM(nn.Module):
+    """Embedding -> ``len(hidden_sizes)`` recurrent layers of ``config.cell`` -> decoder (eq. 14 of the
+    DSF paper, eq. 8 of the SCRN paper)."""
+
+    def __init__(self, config: LMConfig) -> None:
+        super().__init__()
+        self.config = config
+        V, E = config.vocab_size, config.embedding_size
+        self.embedding = nn.Embedding(V, E) if E else None
+        layers: list[RecurrentCell] = []
+        input_size = E or V
+        for size in config.hidden_sizes:
+            layer = build_cell(config.cell, input_size, size, **config.cell_options)
+            layers.append(layer)
+            input_size = layer.output_size
+        self.layers = nn.ModuleList(layers)
+        top = input_size
+        if config.tie_weights:
+            if top < E:
+                raise ModelConfigError(
+                    f"tie_weights needs the top layer's output ({top}) to be at least embedding_size ({E})"
+                )
+            self.untied_decoder = nn.Linear(top - E, V, bias=False) if top > E else None
+            self.decoder_bias = nn.Parameter(torch.zeros(V))
+            self.decoder = None
+        else:
+            self.decoder = nn.Linear(top, V)
+        if self.embedding is not None:
+            nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+
+    # -- state -------------------------------------------------------------------------------
+    def init_state(self, batch_size: int, device=None, dtype=None) -> ModelState:
+        """Zero state for every layer."""
+        return tuple(layer.init_state(batch_size, device, dtype) for layer in self.layers)
+
+    # -- forward -----------------------------------------------------------------------------
+    def embed(self, tokens: Tensor) -> Tensor:
+        """``tokens`` [B, T] -> ``y^(0)`` [B, T, E] (or one-hot [B, T, V] when embedding_size is 0)."""
+        if self.embedding is None:
+            dtype = next(self.layers[0].parameters()).dtype
+            return F.one_hot(tokens, self.config.vocab_size).to(dtype)  # [B, T, V]
+        weight = self.embedding.weight
+        p = self.config.dropout_embedding
+        if self.training and p > 0:  # drop whole word types (Gal & Ghahramani)
+            weight = weight * _dropout_mask(weight, (weight.shape[0], 1), p)
+        return F.embedding(tokens, weight)
+
+    def _drop(self, y: Tensor, p: float) -> Tensor:
+        """Naive (fresh mask per step) or variational (one mask over time) dropout of [B, T, D]."""
+        if not self.training or p == 0:
+            return y
+        if self.config.variational:
+            return y * _dropout_mask(y, (y.shape[0], 1, y.shape[2]), p)
+        return F.dropout(y, p, training=True)
+
+    def features(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
+        """Top-layer outputs ``[B, T, output_size]`` before the decoder, and the new state."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be shaped [B, T], got {tuple(tokens.shape)}")
+        y = self._drop(self.embed(tokens), self.config.dropout_input)  # [B, T, E]
+        if state is None:
+            state = self.init_state(tokens.shape[0], tokens.device, y.dtype if y.is_floating_point() else None)
+        new_state = []
+        for layer, layer_state in zip(self.layers, state):
+            y, layer_state = layer(y, layer_state, state_masks=self._state_masks(layer, layer_state))
+            y = self._drop(y, self.config.dropout_output)  # [B, T, output_size]
+            new_state.append(layer_state)
+        return y, tuple(new_state)
+
+    def _state_masks(self, layer: RecurrentCell, layer_state: State):
+        p, index = self.config.dropout_hidden, layer.recurrent_state_index
+        if not self.training or p == 0 or index is None:
+            return None
+        h = layer_state[index]
+        return tuple(_dropout_mask(h, h.shape, p) if i == index else None for i in range(len(layer_state)))
+
+    def decode(self, y: Tensor) -> Tensor:
+        """``y`` [..., output_size] -> logits [..., V]."""
+        if self.decoder is not None:
+            return self.decoder(y)
+        E = self.config.embedding_size
+        logits = F.linear(y[..., -E:], self.embedding.weight, self.decoder_bias)
+        if self.untied_decoder is not None:
+            logits = logits + self.untied_decoder(y[..., :-E])
+        return logits
+
+    def forward(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
+        """``tokens`` [B, T] -> (logits [B, T, V], state)."""
+        y, state = self.features(tokens, state)
+        return self.decode(y), state
+
+
+def detach_state(state: ModelState) -> ModelState:
+    """Cut the graph at a window boundary (truncated BPTT) keeping the values."""
+    return tuple(tuple(s.detach() for s in layer) for layer in state)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of distinct trainable scalars (a tied matrix counts once)."""
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,253 @@
+"""The LightningModule that trains a :class:`~dsf_lightning.model.RecurrentLM` with truncated BPTT.
+
+Each training batch is one window ``(inputs [b, T], targets [b, T], window_index)`` of this rank's
+contiguous streams (:class:`~dsf_lightning.data.streams.StreamWindows`). The module carries the final
+state of a window, detached and in fp32, into the next one; window 0 starts from zeros, so the state
+resets at every epoch. Validation and test carry their own state. Corpus metrics are exact float64
+sums of cross-entropy and token counts, reduced over all ranks before PPL / BPC are formed.
+
+Exact resume: a checkpoint holds the carried state of every rank (gathered) and the next window,
+and every training step seeds the RNG from (seed, epoch, window, rank), so a resumed run draws the
+same dropout masks as one that never stopped.
+
+Iterative inference (DSF paper sec 2.5, off by default): after the backward pass the carried state
+takes one gradient step ``h_T <- h_T - lambda * dL/dh_T`` (lambda in {0.05, 0.1, 0.15} in the paper).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
+
+LN2 = math.log(2.0)
+
+
+class LanguageModelModule(L.LightningModule):
+    """Train, validate and test a stacked recurrent LM on stream windows.
+
+    Args:
+        vocab_size: linked from the DataModule by the CLI.
+        cell, hidden_sizes, cell_options, embedding_size, tie_weights, dropout_*, variational: the
+            model (see :class:`~dsf_lightning.model.LMConfig`).
+        optimizer: ``"adam"`` (the DSF paper's choice) or ``"sgd"`` (the SCRN / awd-lstm baselines).
+        lr, momentum, weight_decay: optimizer settings.
+        param_group_lr: learning rates for parameters whose name contains a key, e.g.
+            ``{"log_r": 1e-5}`` for a much smaller rate on the IRLM self-connections.
+        lr_halving_patience: halve the learning rate when ``val_loss`` has not improved for this many
+            validations (None: never).
+        iterative_inference_step: lambda of DSF sec 2.5 (0: off).
+        seed: base of the per-window RNG seeds (dropout masks).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int = 0,
+        cell: str = "delta-rnn",
+        hidden_sizes: list[int] | int = 256,
+        cell_options: dict[str, Any] | None = None,
+        embedding_size: int | None = None,
+        tie_weights: bool = False,
+        dropout_embedding: float = 0.0,
+        dropout_input: float = 0.0,
+        dropout_hidden: float = 0.0,
+        dropout_output: float = 0.0,
+        variational: bool = False,
+        optimizer: Literal["adam", "sgd"] = "adam",
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        param_group_lr: dict[str, float] | None = None,
+        lr_halving_patience: int | None = None,
+        iterative_inference_step: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.config = LMConfig(
+            vocab_size=vocab_size,
+            cell=cell,
+            hidden_sizes=hidden_sizes if isinstance(hidden_sizes, list) else [hidden_sizes],
+            cell_options=dict(cell_options or {}),
+            embedding_size=embedding_size,
+            tie_weights=tie_weights,
+            dropout_embedding=dropout_embedding,
+            dropout_input=dropout_input,
+            dropout_hidden=dropout_hidden,
+            dropout_output=dropout_output,
+            variational=variational,
+        )
+        self.model = RecurrentLM(self.config)
+        self._carried: dict[str, ModelState | None] = {"train": None, "val": None, "test": None}
+        self._sums: dict[str, Tensor] = {}
+        self._restored_train_state: list[Tensor] | None = None
+        self._final_state: ModelState | None = None
+
+    # -- helpers -------------------------------------------------------------------------------
+    @property
+    def num_parameters(self) -> int:
+        return count_parameters(self.model)
+
+    def _state_for(self, stage: str, index: int, batch_size: int) -> ModelState:
+        """The carried state for this window: zeros at window 0, else what the last window left."""
+        state = self._carried[stage]
+        if stage == "train" and index > 0 and state is None and self._restored_train_state is not None:
+            state = self._unflatten_state(self._restored_train_state)
+            self._restored_train_state = None
+        if index == 0 or state is None:
+            if index > 0:
+                raise RuntimeError(
+                    f"{stage} window {index} arrived without the carried state of window {index - 1}: "
+                    "resume from a checkpoint written by this module, or start the epoch from window 0"
+                )
+            state = self.model.init_state(batch_size, self.device, torch.float32)
+        return state
+
+    def _seed_window(self, index: int) -> None:
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        torch.manual_seed((self.hparams.seed * 1_000_003 + self.current_epoch * 100_003 + index * 97 + rank) % 2**63)
+
+    def _nll(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """Summed cross-entropy in fp32 (the softmax never runs in half precision)."""
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+
+    # -- training ------------------------------------------------------------------------------
+    def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
+        inputs, targets, index = batch
+        index = int(index)
+        self._seed_window(index)
+        state = self._state_for("train", index, inputs.shape[0])
+        logits, final_state = self.model(inputs, state)
+        loss = self._nll(logits, targets) / targets.numel()
+        self._carried["train"] = tuple(tuple(s.detach().float() for s in layer) for layer in final_state)
+        if self.hparams.iterative_inference_step > 0 and torch.is_grad_enabled():
+            for layer in final_state:
+                for s in layer:
+                    if s.requires_grad:
+                        s.retain_grad()
+            self._final_state = final_state
+        loader = self.trainer.train_dataloader if self._trainer is not None else None
+        if hasattr(loader, "mark_trained"):
+            loader.mark_trained(index)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False)
+        return loss
+
+    def on_after_backward(self) -> None:
+        """DSF sec 2.5: one step of iterative inference on the carried state along dL/dh_T."""
+        if self._final_state is None:
+            return
+        step = self.hparams.iterative_inference_step
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        scale = float(scaler.get_scale()) if scaler is not None else 1.0
+        refined = []
+        for layer, carried in zip(self._final_state, self._carried["train"]):
+            refined.append(
+                tuple(
+                    c if s.grad is None else c - step * (s.grad.float() / scale)
+                    for s, c in zip(layer, carried)
+                )
+            )
+        self._carried["train"] = tuple(refined)
+        self._final_state = None
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def _evaluation_step(self, stage: str, batch: tuple[Tensor, Tensor, Tensor]) -> None:
+        inputs, targets, index = batch
+        state = self._state_for(stage, int(index), inputs.shape[0])
+        logits, final_state = self.model(inputs, state)
+        self._carried[stage] = detach_state(tuple(tuple(s.float() for s in layer) for layer in final_state))
+        sums = self._sums.setdefault(stage, torch.zeros(2, dtype=torch.float64, device=self.device))
+        sums[0] += self._nll(logits, targets).double()
+        sums[1] += targets.numel()
+
+    def validation_step(self, batch, batch_idx):
+        self._evaluation_step("val", batch)
+
+    def test_step(self, batch, batch_idx):
+        self._evaluation_step("test", batch)
+
+    def on_validation_epoch_start(self) -> None:
+        self._sums.pop("val", None)
+        self._carried["val"] = None
+
+    def on_test_epoch_start(self) -> None:
+        self._sums.pop("test", None)
+        self._carried["test"] = None
+
+    def _log_corpus_metrics(self, stage: str) -> None:
+        sums = self._sums.pop(stage, None)
+        if sums is None:
+            return
+        sums = self.trainer.strategy.reduce(sums, reduce_op="sum")  # exact over all ranks
+        nll = sums[0] / sums[1]  # nats per token, float64
+        self.log_dict(
+            {
+                f"{stage}_loss": nll.float(),
+                f"{stage}_ppl": torch.exp(nll).float(),
+                f"{stage}_bpc": (nll / LN2).float(),
+                f"{stage}_tokens": sums[1].float(),
+            },
+            prog_bar=stage == "val",
+            sync_dist=False,
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_corpus_metrics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_corpus_metrics("test")
+
+    # -- optimization --------------------------------------------------------------------------
+    def configure_optimizers(self):
+        hp = self.hparams
+        groups, claimed = [], set()
+        for key, lr in (hp.param_group_lr or {}).items():
+            params = [p for n, p in self.model.named_parameters() if key in n and n not in claimed]
+            names = [n for n, _ in self.model.named_parameters() if key in n and n not in claimed]
+            if not params:
+                known = ", ".join(n for n, _ in self.model.named_parameters())
+                raise ValueError(f"param_group_lr key {key!r} matches no parameter; parameters: {known}")
+            claimed.update(names)
+            groups.append({"params": params, "lr": lr})
+        rest = [p for n, p in self.model.named_parameters() if n not in claimed]
+        groups.insert(0, {"params": rest, "lr": hp.lr})
+        if hp.optimizer == "adam":
+            optimizer = torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
+        elif hp.optimizer == "sgd":
+            optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        else:
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {hp.optimizer!r}")
+        if hp.lr_halving_patience is None:
+            return optimizer
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=0.5, patience=hp.lr_halving_patience
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss"}}
+
+    # -- checkpoints: carried state of every rank ------------------------------------------------
+    def _flatten_state(self, state: ModelState) -> list[Tensor]:
+        return [s for layer in state for s in layer]
+
+    def _unflatten_state(self, flat: list[Tensor]) -> ModelState:
+        per_rank = flat[0].shape[0] // self.trainer.world_size
+        rank = self.trainer.global_rank
+        it = iter(t[rank * per_rank : (rank + 1) * per_rank].to(self.device) for t in flat)
+        return tuple(tuple(next(it) for _ in layer.state_sizes) for layer in self.model.layers)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = self._carried["train"]
+        if state is None:
+            return
+        flat = self._flatten_state(state)
+        if self.trainer.world_size > 1:  # a collective: every rank runs this hook
+            flat = [self.all_gather(t).reshape(-1, t.shape[-1]) for t in flat]
+        checkpoint["dsf_carried_train_state"] = [t.cpu() for t in flat]
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._restored_train_state = checkpoint.get("dsf_carried_train_state")
