@@ -1,0 +1,344 @@
+"""Lightning callbacks for the papers' training procedures.
+
+* :class:`ColumnNormalization`: the IRLM paper's column normalization (sec. 4), applied after every
+  optimizer step.
+* :class:`PolyakAveraging`: a Polyak (running-mean) or exponential moving average of the weights, used
+  for validation / test (the DSF paper, sec. 2.5, evaluates its subword models with a Polyak average).
+* :class:`GradientNormMonitor`: logs the total gradient norm before clipping and counts clipped steps.
+
+All three find the weights through the LightningModule they are attached to; the column normalization
+needs the :class:`~dsf_lightning.model.RecurrentLM`, found as ``pl_module.model`` (``model_attr``).
+
+Order: callbacks run in the order of the Trainer's ``callbacks`` list (``ModelCheckpoint`` always last),
+so put :class:`ColumnNormalization` *before* :class:`PolyakAveraging` to average the normalized weights.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from ..model import RecurrentLM
+from ..regularizers import NORM_TARGETS, _check_max_norm, _check_mode, column_normalization_targets, renormalize_
+
+
+def _find_lm(pl_module: L.LightningModule, model_attr: str) -> RecurrentLM:
+    model = pl_module if isinstance(pl_module, RecurrentLM) else getattr(pl_module, model_attr, None)
+    if not isinstance(model, RecurrentLM):
+        raise TypeError(
+            f"{type(pl_module).__name__}.{model_attr} is not a RecurrentLM (got {type(model).__name__}): "
+            "pass model_attr naming the attribute that holds the language model"
+        )
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+class ColumnNormalization(L.Callback):
+    """Column normalization of the IRLM paper (Pachitariu & Sahani, sec. 4): after every optimizer
+    step, the incoming weights of each hidden unit (encoding matrix W) and its outgoing weights
+    (decoding matrix Z) are rescaled to L2 norm ``max_norm`` (15 in the paper).
+
+    It runs in ``on_train_batch_end``, which Lightning calls after the batch's optimizer step (and
+    only acts when ``trainer.global_step`` advanced, so gradient accumulation batches are skipped), and
+    once in ``on_train_start`` so training starts from normalized weights.
+
+    Args:
+        max_norm: the norm, > 0 (15 in the paper).
+        mode: ``"fixed"`` (every vector rescaled to exactly ``max_norm``, the paper's "fixing the L2
+            norm") or ``"max"`` (only vectors longer than ``max_norm`` are shrunk).
+        which: ``"encoder"`` and / or ``"decoder"``; see
+            :func:`dsf_lightning.regularizers.column_normalization_targets` for the exact matrices.
+        model_attr: the attribute of the LightningModule holding the RecurrentLM.
+    """
+
+    def __init__(
+        self,
+        max_norm: float = 15.0,
+        mode: str = "fixed",
+        which: tuple[str, ...] | list[str] = NORM_TARGETS,
+        model_attr: str = "model",
+    ) -> None:
+        self.max_norm = _check_max_norm(max_norm)
+        self.mode = _check_mode(mode)
+        self.which = (which,) if isinstance(which, str) else tuple(which)
+        if not self.which or any(w not in NORM_TARGETS for w in self.which):
+            raise ValueError(f"which must be a non-empty subset of {NORM_TARGETS}, got {which!r}")
+        self.model_attr = model_attr
+        self._targets: list[tuple[str, nn.Parameter, int]] | None = None
+        self._last_step: int | None = None
+        self.applied_steps = 0  # how many optimizer steps it followed (for tests and logs)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._targets = column_normalization_targets(_find_lm(pl_module, self.model_attr), self.which)
+
+    @property
+    def target_names(self) -> list[str]:
+        """The matrices it normalizes (names relative to the RecurrentLM), known after ``setup``."""
+        return [name for name, _, _ in self._targets or []]
+
+    def _apply(self) -> None:
+        for _, weight, dim in self._targets or []:
+            renormalize_(weight, dim, self.max_norm, self.mode)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._apply()
+        self._last_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self._last_step:  # no optimizer step in this batch (accumulation)
+            return
+        self._last_step = trainer.global_step
+        self._apply()
+        self.applied_steps += 1
+
+
+# ---------------------------------------------------------------------------------------------
+def _check_decay(decay: object) -> float | None:
+    if decay is None:
+        return None
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay < 1.0:
+        raise ValueError(f"decay must be None (arithmetic mean) or a number in (0, 1), got {decay!r}")
+    return float(decay)
+
+
+class PolyakAveraging(L.Callback):
+    """Polyak averaging of the weights for evaluation (the DSF paper, sec. 2.5, uses a Polyak average
+    of the parameters for its subword models; Polyak & Juditsky 1992).
+
+    After every optimizer step ``n > start_step`` the average takes in the new weights ``w_n``:
+
+    * ``decay=None``: the arithmetic mean ``(w_{s+1} + ... + w_n) / (n - s)`` with ``s = start_step``,
+      kept as the running update ``avg += (w_n - avg) / count``;
+    * ``decay`` in (0, 1): the exponential moving average ``avg = decay * avg + (1 - decay) * w_n``,
+      started at ``w_{s+1}``.
+
+    Every floating-point parameter of the LightningModule is averaged (buffers are not: they keep
+    their current values). For validation, test and predict the averaged weights are copied into the
+    parameters (``on_*_start``) and the training weights copied back after (``on_*_end``), so the
+    logged ``val_loss`` etc. are those of the averaged model while training continues from the raw
+    iterates. Before the first averaged step evaluation uses the raw weights.
+
+    Checkpoints: the averages, their count and the last step seen are the callback's state
+    (``state_dict`` / ``load_state_dict``, stored under ``checkpoint["callbacks"][state_key]``), so a
+    resumed run continues the same average exactly; ``on_save_checkpoint`` also makes sure a checkpoint
+    written while the averages are swapped in stores the *training* weights as the model's state.
+
+    Args:
+        start_step: optimizer steps to skip before averaging starts (>= 0).
+        decay: None for the arithmetic mean, or the EMA decay in (0, 1).
+    """
+
+    def __init__(self, start_step: int = 0, decay: float | None = None) -> None:
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ValueError(f"start_step must be a non-negative integer, got {start_step!r}")
+        self.start_step = start_step
+        self.decay = _check_decay(decay)
+        self._averages: dict[str, Tensor] | None = None
+        self.num_averaged = 0  # how many iterates the average holds
+        self._last_step: int | None = None
+        self._backup: dict[str, Tensor] | None = None  # training weights while the averages are in
+        self._module: L.LightningModule | None = None
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(start_step=self.start_step, decay=self.decay)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    @staticmethod
+    def _parameters(pl_module: nn.Module) -> dict[str, nn.Parameter]:
+        return {n: p for n, p in pl_module.named_parameters() if p.dtype.is_floating_point}
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._module = pl_module
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._last_step is None:
+            self._last_step = trainer.global_step
+
+    @torch.no_grad()
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == self._last_step:  # no optimizer step in this batch (gradient accumulation)
+            return
+        self._last_step = step
+        if step <= self.start_step:
+            return
+        params = self._parameters(pl_module)
+        if self._averages is None:
+            self._averages = {n: p.detach().clone() for n, p in params.items()}
+            self.num_averaged = 1
+            return
+        self.num_averaged += 1
+        for n, p in params.items():
+            avg = self._averages[n]
+            if avg.device != p.device:
+                avg = self._averages[n] = avg.to(p.device)
+            if self.decay is None:
+                avg.add_(p.detach().to(avg.dtype) - avg, alpha=1.0 / self.num_averaged)
+            else:
+                avg.lerp_(p.detach().to(avg.dtype), 1.0 - self.decay)
+
+    # -- the averaged weights ------------------------------------------------------------------
+    def averaged_state_dict(self, pl_module: nn.Module | None = None) -> dict[str, Tensor]:
+        """The module's ``state_dict()`` (copies) with every averaged parameter replaced by its
+        average: load it into a fresh module to evaluate or export the averaged model. Keys are the
+        LightningModule's (``"model.layers.0.W"``...); strip ``"model."`` for the RecurrentLM alone.
+
+        Raises RuntimeError before the first averaged step."""
+        module = pl_module if pl_module is not None else self._module
+        if module is None:
+            raise RuntimeError("PolyakAveraging has not been attached to a module yet: pass pl_module")
+        if self._averages is None:
+            raise RuntimeError(
+                f"no averaged weights yet: averaging starts after optimizer step start_step={self.start_step}"
+            )
+        state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        by_id = {id(p): name for name, p in self._parameters(module).items()}
+        for key, p in module.named_parameters(remove_duplicate=False):
+            name = by_id.get(id(p))
+            if name is not None and key in state:
+                state[key] = self._averages[name].detach().clone().to(state[key].device, state[key].dtype)
+        return state
+
+    @torch.no_grad()
+    def _swap_in(self, pl_module: L.LightningModule) -> None:
+        if self._averages is None or self._backup is not None:
+            return
+        params = self._parameters(pl_module)
+        self._backup = {n: p.detach().clone() for n, p in params.items()}
+        for n, p in params.items():
+            p.copy_(self._averages[n])
+
+    @torch.no_grad()
+    def _swap_out(self, pl_module: L.LightningModule) -> None:
+        if self._backup is None:
+            return
+        for n, p in self._parameters(pl_module).items():
+            p.copy_(self._backup[n])
+        self._backup = None
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._swap_in(pl_module)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._swap_out(pl_module)
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._swap_in(pl_module)
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._swap_out(pl_module)
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        self._swap_in(pl_module)
+
+    def on_predict_end(self, trainer, pl_module) -> None:
+        self._swap_out(pl_module)
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._swap_out(pl_module)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "start_step": self.start_step,
+            "decay": self.decay,
+            "num_averaged": self.num_averaged,
+            "last_step": self._last_step,
+            "averages": None if self._averages is None else {n: t.detach().clone() for n, t in self._averages.items()},
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("start_step") != self.start_step or state_dict.get("decay") != self.decay:
+            warnings.warn(
+                f"PolyakAveraging: the checkpoint's average was built with start_step="
+                f"{state_dict.get('start_step')}, decay={state_dict.get('decay')}; continuing it with "
+                f"start_step={self.start_step}, decay={self.decay}",
+                stacklevel=2,
+            )
+        self.num_averaged = int(state_dict["num_averaged"])
+        self._last_step = state_dict["last_step"]
+        averages = state_dict["averages"]
+        self._averages = None if averages is None else {n: t.clone() for n, t in averages.items()}
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        """If the averages are swapped in right now, store the training weights as the model's."""
+        if self._backup is None or "state_dict" not in checkpoint:
+            return
+        by_id = {id(p): name for name, p in self._parameters(pl_module).items()}
+        for key, p in pl_module.named_parameters(remove_duplicate=False):
+            name = by_id.get(id(p))
+            if name is not None and key in checkpoint["state_dict"]:
+                checkpoint["state_dict"][key] = self._backup[name].detach().clone()
+
+
+# ---------------------------------------------------------------------------------------------
+class GradientNormMonitor(L.Callback):
+    """Log the total gradient 2-norm *before* clipping and count the clipped optimizer steps.
+
+    Lightning (2.x, ``Precision._after_closure``) calls ``on_before_optimizer_step`` after the backward
+    pass (and after AMP's ``scaler.unscale_``) and *before* ``configure_gradient_clipping``, so the
+    gradients seen here are unclipped and unscaled. A step counts as clipped when the trainer clips:
+    ``gradient_clip_val > 0`` and, for ``gradient_clip_algorithm="norm"`` (the default), the total
+    2-norm over the optimizer's parameters exceeds it (``torch.nn.utils.clip_grad_norm_``), or for
+    ``"value"``, some gradient entry exceeds it in absolute value. (A LightningModule overriding
+    ``configure_gradient_clipping`` clips on its own terms, which this cannot see.)
+
+    Logs, per optimizer step: ``grad_norm`` (pre-clip total norm) and ``grad_clipped_fraction``
+    (clipped steps / steps so far); attributes ``last_norm``, ``num_steps``, ``num_clipped``,
+    ``num_nonfinite`` (steps whose norm was inf / nan, which an AMP scaler skips). The counts are in
+    the checkpoint.
+
+    Args:
+        prefix: prepended to the logged names.
+        prog_bar: show ``grad_norm`` in the progress bar.
+    """
+
+    def __init__(self, prefix: str = "", prog_bar: bool = False) -> None:
+        self.prefix = prefix
+        self.prog_bar = prog_bar
+        self.last_norm: float | None = None
+        self.num_steps = 0
+        self.num_clipped = 0
+        self.num_nonfinite = 0
+
+    @torch.no_grad()
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not grads:
+            return
+        norms = torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])
+        norm = torch.linalg.vector_norm(norms)
+        value = float(norm)
+        clip = trainer.gradient_clip_val
+        algorithm = str(getattr(trainer.gradient_clip_algorithm, "value", trainer.gradient_clip_algorithm) or "norm")
+        clipped = False
+        if clip is not None and clip > 0:
+            if algorithm == "value":
+                clipped = max(float(g.detach().abs().max()) for g in grads) > clip
+            else:
+                clipped = value > clip
+        self.last_norm = value
+        self.num_steps += 1
+        self.num_clipped += int(clipped)
+        self.num_nonfinite += int(not math.isfinite(value))
+        pl_module.log(f"{self.prefix}grad_norm", norm, on_step=True, on_epoch=False, prog_bar=self.prog_bar)
+        pl_module.log(
+            f"{self.prefix}grad_clipped_fraction",
+            self.num_clipped / self.num_steps,
+            on_step=True,
+            on_epoch=False,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"num_steps": self.num_steps, "num_clipped": self.num_clipped, "num_nonfinite": self.num_nonfinite}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.num_steps = int(state_dict["num_steps"])
+        self.num_clipped = int(state_dict["num_clipped"])
+        self.num_nonfinite = int(state_dict.get("num_nonfinite", 0))
