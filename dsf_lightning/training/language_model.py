@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
+from ..regularizers import sobolev_penalty
+from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
 
@@ -39,10 +41,16 @@ class LanguageModelModule(L.LightningModule):
         optimizer: ``"adam"`` (the DSF paper's choice) or ``"sgd"`` (the SCRN / awd-lstm baselines).
         lr, momentum, weight_decay: optimizer settings.
         param_group_lr: learning rates for parameters whose name contains a key, e.g.
-            ``{"log_r": 1e-5}`` for a much smaller rate on the IRLM self-connections.
+            ``{"rho": 1e-5}`` for a much smaller rate on the IRLM self-connections.
         lr_halving_patience: halve the learning rate when ``val_loss`` has not improved for this many
             validations (None: never).
         iterative_inference_step: lambda of DSF sec 2.5 (0: off).
+        sobolev_weight: beta of the Sobolev penalty on ||dh_t/dh_{t-1}||_F^2 (SCRN paper sec 7, eq. 10;
+            0: off), over ``sobolev_layers`` (None: all).
+        sampled_loss: train with ``"nce"`` (IRLM sec 5.2) or ``"sampled_softmax"`` instead of the full
+            softmax, with ``sampled_loss_samples`` noise words drawn from ``sampled_loss_noise``
+            (``"unigram"`` from the training split, ``"log-uniform"`` or ``"uniform"``); evaluation always
+            uses the exact full softmax. ``nce_log_z``: NCE's log-normalizer (a number, or ``"learned"``).
         seed: base of the per-window RNG seeds (dropout masks).
     """
 
@@ -66,6 +74,12 @@ class LanguageModelModule(L.LightningModule):
         param_group_lr: dict[str, float] | None = None,
         lr_halving_patience: int | None = None,
         iterative_inference_step: float = 0.0,
+        sobolev_weight: float = 0.0,
+        sobolev_layers: list[int] | None = None,
+        sampled_loss: Literal["nce", "sampled_softmax"] | None = None,
+        sampled_loss_samples: int = 1024,
+        sampled_loss_noise: Literal["unigram", "log-uniform", "uniform"] = "unigram",
+        nce_log_z: float | Literal["learned"] = 0.0,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -84,6 +98,10 @@ class LanguageModelModule(L.LightningModule):
             variational=variational,
         )
         self.model = RecurrentLM(self.config)
+        self.sampled_loss: SampledLoss | None = None
+        if sampled_loss is not None:
+            noise = "uniform" if sampled_loss_noise == "unigram" else sampled_loss_noise  # unigram: in setup
+            self.sampled_loss = SampledLoss(sampled_loss, sampled_loss_samples, noise, log_z=nce_log_z)
         self._carried: dict[str, ModelState | None] = {"train": None, "val": None, "test": None}
         self._sums: dict[str, Tensor] = {}
         self._restored_train_state: list[Tensor] | None = None
@@ -118,13 +136,35 @@ class LanguageModelModule(L.LightningModule):
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
 
     # -- training ------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        """Unigram noise for the sampled loss: add-one counts of the training split."""
+        hp = self.hparams
+        if stage == "fit" and self.sampled_loss is not None and hp.sampled_loss_noise == "unigram":
+            train = self.trainer.datamodule.corpus.splits["train"]
+            counts = torch.bincount(train, minlength=hp.vocab_size).float() + 1
+            self.sampled_loss = SampledLoss(hp.sampled_loss, hp.sampled_loss_samples, counts, log_z=hp.nce_log_z)
+
+    def _training_loss(self, inputs: Tensor, targets: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
+        """Mean NLL per target token (full softmax, or the sampled objective) plus the Sobolev term."""
+        hp = self.hparams
+        y, final_state = self.model.features(inputs, state)
+        if self.sampled_loss is not None:
+            weight, bias = decoder_parameters(self.model)
+            loss = self.sampled_loss(y.reshape(-1, y.shape[-1]), targets.reshape(-1), weight, bias)
+        else:
+            loss = self._nll(self.model.decode(y), targets) / targets.numel()
+        if hp.sobolev_weight > 0:
+            penalty = sobolev_penalty(self.model, inputs, state, layers=hp.sobolev_layers)
+            self.log("train_sobolev", penalty, on_step=True, on_epoch=False)
+            loss = loss + hp.sobolev_weight * penalty.float()
+        return loss, final_state
+
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         inputs, targets, index = batch
         index = int(index)
         self._seed_window(index)
         state = self._state_for("train", index, inputs.shape[0])
-        logits, final_state = self.model(inputs, state)
-        loss = self._nll(logits, targets) / targets.numel()
+        loss, final_state = self._training_loss(inputs, targets, state)
         self._carried["train"] = tuple(tuple(s.detach().float() for s in layer) for layer in final_state)
         if self.hparams.iterative_inference_step > 0 and torch.is_grad_enabled():
             for layer in final_state:
@@ -206,17 +246,16 @@ class LanguageModelModule(L.LightningModule):
     # -- optimization --------------------------------------------------------------------------
     def configure_optimizers(self):
         hp = self.hparams
+        named = list(self.named_parameters())  # the model, and a learned NCE normalizer if any
         groups, claimed = [], set()
         for key, lr in (hp.param_group_lr or {}).items():
-            params = [p for n, p in self.model.named_parameters() if key in n and n not in claimed]
-            names = [n for n, _ in self.model.named_parameters() if key in n and n not in claimed]
-            if not params:
-                known = ", ".join(n for n, _ in self.model.named_parameters())
+            matched = [(n, p) for n, p in named if key in n and n not in claimed]
+            if not matched:
+                known = ", ".join(n for n, _ in named)
                 raise ValueError(f"param_group_lr key {key!r} matches no parameter; parameters: {known}")
-            claimed.update(names)
-            groups.append({"params": params, "lr": lr})
-        rest = [p for n, p in self.model.named_parameters() if n not in claimed]
-        groups.insert(0, {"params": rest, "lr": hp.lr})
+            claimed.update(n for n, _ in matched)
+            groups.append({"params": [p for _, p in matched], "lr": lr})
+        groups.insert(0, {"params": [p for n, p in named if n not in claimed], "lr": hp.lr})
         if hp.optimizer == "adam":
             optimizer = torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
         elif hp.optimizer == "sgd":

@@ -109,3 +109,33 @@ def test_mixed_precision_trains_with_finite_metrics_and_fp32_state(tmp_path, toy
     assert metrics["val_ppl"] < 12.0
     carried = module._carried["train"]
     assert all(s.dtype == torch.float32 for layer in carried for s in layer)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"sobolev_weight": 0.01, "cell": "scrn", "cell_options": {"context_size": 4}},
+        {"sobolev_weight": 0.01},
+        {"sampled_loss": "nce", "sampled_loss_samples": 8, "nce_log_z": "learned", "lr": 1e-2},
+        {"sampled_loss": "sampled_softmax", "sampled_loss_samples": 8, "sampled_loss_noise": "log-uniform"},
+    ],
+    ids=["sobolev-scrn-closed-form", "sobolev-delta-autograd", "nce-unigram", "sampled-softmax"],
+)
+def test_training_objectives_learn_the_toy_stream(tmp_path, toy_corpus, options):
+    module, trainer = run(tmp_path, toy_corpus, trainer_kwargs={"max_epochs": 3}, **options)
+    assert trainer.callback_metrics["val_ppl"] < 8.0  # uniform guessing is 13
+    if "sobolev_weight" in options:
+        assert float(trainer.callback_metrics["train_sobolev"]) > 0
+
+
+def test_param_group_learning_rates(toy_corpus):
+    module, _ = toy_modules(toy_corpus, cell="irlm", param_group_lr={"rho": 1e-6})
+    optimizer = module.configure_optimizers()
+    rates = {p.data_ptr(): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    rho = module.model.layers[0].rho
+    assert rates[rho.data_ptr()] == 1e-6
+    assert sorted(set(rates.values())) == [1e-6, 3e-3]
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(module.parameters()))
+    bad, _ = toy_modules(toy_corpus, param_group_lr={"log_r": 1e-5})
+    with pytest.raises(ValueError, match="'log_r' matches no parameter"):
+        bad.configure_optimizers()
