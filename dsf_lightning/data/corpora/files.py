@@ -1,0 +1,178 @@
+"""Where corpus files live, how they are checked (sha256 / git blob id), read and downloaded.
+
+The data root is, in order: the ``data_root`` argument, the ``DSF_DATA_ROOT`` environment variable,
+or ``$XDG_CACHE_HOME/dsf_lightning/data`` (``~/.cache/dsf_lightning/data``). Tokenized corpora are
+cached under ``DSF_CACHE_DIR`` or ``$XDG_CACHE_HOME/dsf_lightning/tokenized``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import logging
+import lzma
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+logger = logging.getLogger(__name__)
+
+DATA_ROOT_ENV = "DSF_DATA_ROOT"
+CACHE_DIR_ENV = "DSF_CACHE_DIR"
+_CHUNK = 1 << 20
+_FILE_MODE = 0o644
+
+
+class CorpusError(Exception):
+    """A corpus cannot be loaded: missing, empty or corrupted files, unknown name or option."""
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One expected file, relative to the data root, with what is known to verify it.
+
+    ``alternatives`` are other accepted forms of the same content (e.g. an uncompressed copy);
+    the first one present is used.
+    """
+
+    path: str
+    sha256: str | None = None
+    git_blob: str | None = None
+    url: str | None = None
+    alternatives: tuple["FileSpec", ...] = ()
+
+    def candidates(self) -> tuple["FileSpec", ...]:
+        return (self, *self.alternatives)
+
+
+def user_cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dsf_lightning"
+
+
+def resolve_data_root(data_root: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """The data root and how it was chosen (for error messages)."""
+    if data_root is not None:
+        return Path(data_root).expanduser(), "argument data_root"
+    if os.environ.get(DATA_ROOT_ENV):
+        return Path(os.environ[DATA_ROOT_ENV]).expanduser(), f"environment variable {DATA_ROOT_ENV}"
+    return user_cache_home() / "data", f"default (no data_root argument, {DATA_ROOT_ENV} unset)"
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV]).expanduser()
+    return user_cache_home() / "tokenized"
+
+
+def file_digests(path: str | os.PathLike) -> tuple[str, str]:
+    """(sha256, git blob id) of a file, in one pass."""
+    path = Path(path)
+    sha = hashlib.sha256()
+    blob = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            sha.update(chunk)
+            blob.update(chunk)
+    return sha.hexdigest(), blob.hexdigest()
+
+
+def verify_file(path: str | os.PathLike, spec: FileSpec) -> str:
+    """Check ``path`` against ``spec``'s sha256 (or git blob id); return the file's sha256."""
+    sha, blob = file_digests(path)
+    if spec.sha256 is not None and sha != spec.sha256:
+        raise CorpusError(
+            f"checksum mismatch for {path}: sha256 {sha}, expected {spec.sha256}. "
+            "The file is corrupted or a different version; replace it (or pass verify=False)."
+        )
+    if spec.sha256 is None and spec.git_blob is not None and blob != spec.git_blob:
+        raise CorpusError(
+            f"checksum mismatch for {path}: git blob id {blob}, expected {spec.git_blob} "
+            "(`git hash-object FILE`). Replace the file (or pass verify=False)."
+        )
+    return sha
+
+
+def verify_files(root: str | os.PathLike, specs: Sequence[FileSpec]) -> dict[str, str]:
+    """Verify every spec's file under ``root`` (first present candidate); return path -> sha256.
+
+    Raises :class:`CorpusError` when a file is missing or its checksum does not match.
+    """
+    root = Path(root)
+    out = {}
+    for spec in specs:
+        found = next((c for c in spec.candidates() if (root / c.path).is_file()), None)
+        if found is None:
+            raise CorpusError(f"missing file {spec.path} (expected at {root / spec.path})")
+        out[found.path] = verify_file(root / found.path, found)
+    return out
+
+
+def open_text(path: str | os.PathLike) -> io.TextIOBase:
+    """Open a UTF-8 text file, transparently decompressing ``.xz``, ``.gz`` and ``.bz2``."""
+    path = str(path)
+    opener = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}.get(os.path.splitext(path)[1], open)
+    return opener(path, "rt", encoding="utf-8", newline="\n")
+
+
+def read_lines(path: str | os.PathLike) -> Iterator[str]:
+    """Lines without their newline. A last fragment after the final newline that is only
+    whitespace is not a line (the PTB character files end with ``"\\n "``)."""
+    with open_text(path) as f:
+        for line in f:
+            if line.endswith("\n"):
+                yield line[:-1].rstrip("\r")
+            elif line.strip():
+                yield line
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace`` it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)  # mkstemp creates 0600; a shared cache should be readable
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def download(url: str, dest: str | os.PathLike, sha256: str | None = None, *, timeout: float = 60.0) -> Path:
+    """Fetch ``url`` to ``dest`` atomically: stream to a temp file, check ``sha256``, rename.
+
+    On any failure (network, checksum) nothing is left at ``dest`` or beside it.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            while chunk := resp.read(_CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if sha256 is not None and digest.hexdigest() != sha256:
+            raise CorpusError(f"downloaded {url}: sha256 {digest.hexdigest()}, expected {sha256}; not saved")
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, dest)
+    except (urllib.error.URLError, OSError) as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise CorpusError(f"could not download {url} to {dest}: {err}") from err
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    logger.info("downloaded %s -> %s", url, dest)
+    return dest
