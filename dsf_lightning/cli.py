@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
 
-def lightning_cli(argv: Sequence[str]) -> None:
-    """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``)."""
+def lightning_cli(argv: Sequence[str], run: bool = True):
+    """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``); with
+    ``run=False`` ``argv`` holds no subcommand and the CLI only parses and instantiates (recipe tests)."""
     from lightning.pytorch.cli import LightningCLI
 
     from .data.datamodule import LanguageModelDataModule
@@ -77,10 +78,11 @@ def lightning_cli(argv: Sequence[str]) -> None:
             # the vocabulary is known only once the corpus is read: a YAML value here is ignored
             parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
 
-    DSFCLI(
+    return DSFCLI(
         LanguageModelModule,
         LanguageModelDataModule,
         args=list(argv),
+        run=run,
         seed_everything_default=0,
         trainer_defaults={"use_distributed_sampler": False},
         save_config_kwargs={"overwrite": True},
