@@ -45,6 +45,13 @@ def list_cells_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def list_corpora_command(args: argparse.Namespace) -> int:
+    from .data.corpora import list_corpora
+
+    print("\n".join(list_corpora()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsf",
@@ -52,13 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"Training subcommands (LightningCLI): {', '.join(LIGHTNING_COMMANDS)}; see `dsf fit --help`.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    listing = commands.add_parser("list", help="list what the library knows (cells)")
+    listing = commands.add_parser("list", help="list what the library knows (cells, corpora)")
     what = listing.add_subparsers(dest="what", required=True, metavar="WHAT")
     cell_list = what.add_parser("cells", help="the registered recurrent cells")
     cell_list.add_argument("--details", action="store_true", help="add parameter counts and a summary")
     cell_list.add_argument("--input-size", type=int, default=128, help="input size for --details")
     cell_list.add_argument("--hidden-size", type=int, default=128, help="hidden size for --details")
     cell_list.set_defaults(handler=list_cells_command)
+    what.add_parser("corpora", help="the corpora load_corpus knows").set_defaults(handler=list_corpora_command)
     return parser
 
 

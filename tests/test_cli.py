@@ -41,3 +41,11 @@ def test_installed_console_script():
     done = subprocess.run([str(script), "list", "cells"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == list_cells()
+
+
+def test_list_corpora(capsys):
+    from dsf_lightning.data.corpora import list_corpora
+
+    assert main(["list", "corpora"]) == 0
+    names = capsys.readouterr().out.split()
+    assert names == list_corpora() and "ptb" in names and "text-folder" in names
