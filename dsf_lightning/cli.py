@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     cell_list.add_argument("--hidden-size", type=int, default=128, help="hidden size for --details")
     cell_list.set_defaults(handler=list_cells_command)
     what.add_parser("corpora", help="the corpora load_corpus knows").set_defaults(handler=list_corpora_command)
+    from .score_command import add_score_parser
+
+    add_score_parser(commands)
     return parser
 
 

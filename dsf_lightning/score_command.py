@@ -1,0 +1,204 @@
+"""``dsf score``: score text with a pretrained model from the command line.
+
+    dsf score "the market rose sharply" "shares fell"      # a table: tokens, logprob, ppl per sentence
+    dsf score --per-token "the market rose"               # every token with logprob and surprisal
+    dsf score --file valid.txt                            # a whole document, streamed (carried state)
+    dsf score --file valid.txt --per-token --json > out.json
+    dsf score --model ./my-model --carry-state "first sentence" "second sentence"
+
+Errors (empty text, unknown symbol of a closed vocabulary, unreadable file, a model that cannot be
+found or loaded) are printed as one line on stderr, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Sequence, TextIO
+
+from . import scoring
+from .scoring import LN2, DocumentScore, ScoringError, SentenceScore
+
+DEFAULT_MODEL = "delta-rnn-ptb"
+EXIT_ERROR = 2
+
+
+def add_score_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``score`` subcommand to ``subparsers`` (from ``parser.add_subparsers()``)."""
+    p = subparsers.add_parser(
+        "score",
+        help="score text with a pretrained model (log-probabilities, perplexity, bpc)",
+        description="Score sentences or a document with a pretrained language model. Each TEXT is a "
+        "sentence scored from a fresh state (after <eos>); --file streams a whole document with the "
+        "state carried across lines. Log-probabilities are natural logs, surprisal is in bits.",
+    )
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to score (one line each)")
+    p.add_argument("--file", "-f", metavar="PATH", help="score a UTF-8 text file as one document")
+    p.add_argument("--model", "-m", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                   help=f"hub model name, hub repo id or local folder (default: {DEFAULT_MODEL})")
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    p.add_argument("--per-token", action="store_true", help="print every token's logprob and surprisal")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--carry-state", action="store_true",
+                   help="score the TEXTs as one continuous stream, in order (a document)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    p.add_argument("--window", type=int, default=256, help="time steps per forward pass (default 256)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.set_defaults(handler=score_command)
+    return p
+
+
+def _is_expected(err: BaseException) -> bool:
+    """Errors that are the user's input or environment (one line, exit 2), not bugs (traceback)."""
+    if isinstance(err, (ScoringError, OSError, ValueError, LookupError, ImportError)):
+        return True
+    module = type(err).__module__ or ""
+    return module.startswith(("dsf_lightning.hub", "huggingface_hub", "safetensors"))
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def score_command(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    try:
+        if args.file and args.texts:
+            raise ScoringError("give either TEXT arguments or --file, not both")
+        if not args.file and not args.texts:
+            raise ScoringError('nothing to score: give a TEXT (dsf score "some text") or --file PATH')
+        scorer = scoring.from_pretrained(
+            args.model, revision=args.revision, device=args.device, batch_size=args.batch_size, window=args.window
+        )
+        if args.file:
+            _score_file(scorer, args, out)
+        else:
+            results = scorer.score(list(args.texts), carry_state=args.carry_state)
+            if args.json:
+                _sentences_json(results, args, out)
+            else:
+                _sentences_table(results, args, out)
+        out.flush()
+        return 0
+    except BrokenPipeError:  # e.g. `dsf score ... | head`
+        try:
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - silence the interpreter's flush at exit
+        except OSError:
+            pass
+        return 0
+    except Exception as err:  # noqa: BLE001 - expected errors become one line, bugs keep their traceback
+        if not _is_expected(err):
+            raise
+        print(f"dsf score: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+# ------------------------------------------------------------------------------------------- output
+def _fmt(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.{digits}f}"
+
+
+def _json_number(x: float | None):
+    return None if x is None or math.isnan(x) or math.isinf(x) else x
+
+
+def _clean(d: dict) -> dict:
+    return {k: (_json_number(v) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def _sentences_json(results: list[SentenceScore], args, out: TextIO) -> None:
+    doc = {
+        "model": args.model,
+        "carry_state": bool(args.carry_state),
+        "sentences": [_clean(r.to_dict(per_token=args.per_token)) for r in results],
+    }
+    json.dump(doc, out, ensure_ascii=False, indent=2)
+    out.write("\n")
+
+
+def _sentences_table(results: list[SentenceScore], args, out: TextIO) -> None:
+    char = any(r.char_level for r in results)
+    if args.per_token:
+        for i, r in enumerate(results):
+            if i:
+                out.write("\n")
+            out.write(f"[{i}] {r.text}\n")
+            _token_rows(zip(r.tokens, r.logprobs), out)
+            out.write(f"    {_summary(r.num_tokens, r.num_oov, r.logprob, r.ppl, r.bpc if char else None)}\n")
+        return
+    head = ["#", "tokens", "oov", "logprob", "ppl"] + (["bpc"] if char else []) + ["text"]
+    rows = []
+    for i, r in enumerate(results):
+        row = [str(i), str(r.num_tokens), str(r.num_oov), _fmt(r.logprob), _fmt(r.ppl, 3)]
+        if char:
+            row.append(_fmt(r.bpc))
+        rows.append(row + [r.text])
+    widths = [max(len(row[c]) for row in [head, *rows]) for c in range(len(head) - 1)]
+    for row in [head, *rows]:
+        cells = [row[c].rjust(widths[c]) if c else row[c].ljust(widths[c]) for c in range(len(widths))]
+        out.write("  ".join(cells) + "  " + row[-1] + "\n")
+
+
+def _token_rows(pairs, out: TextIO, width: int = 16) -> None:
+    out.write(f"    {'token':<{width}} {'logprob':>10} {'surprisal(bits)':>16}\n")
+    for token, lp in pairs:
+        out.write(f"    {token:<{width}} {lp:>10.4f} {-lp / LN2:>16.4f}\n")
+
+
+def _summary(n: int, oov: int, logprob: float, ppl: float, bpc: float | None) -> str:
+    text = f"{n} tokens, {oov} oov, logprob {_fmt(logprob)}, ppl {_fmt(ppl, 3)}"
+    return text + (f", bpc {_fmt(bpc)}" if bpc is not None else "")
+
+
+def _score_file(scorer, args, out: TextIO) -> None:
+    """A document, streamed: with --per-token every token is written as it is scored."""
+    on_token = None
+    if args.per_token and args.json:
+        out.write('{"source": %s, "model": %s, "tokens": [' % (json.dumps(args.file), json.dumps(args.model)))
+        first = [True]
+
+        def on_token(token: str, lp: float) -> None:
+            sep = "\n  " if first[0] else ",\n  "
+            first[0] = False
+            out.write(sep + json.dumps({"token": token, "logprob": lp, "surprisal": -lp / LN2}, ensure_ascii=False))
+
+    elif args.per_token:
+        out.write(f"{args.file}\n")
+        out.write(f"    {'token':<16} {'logprob':>10} {'surprisal(bits)':>16}\n")
+
+        def on_token(token: str, lp: float) -> None:
+            out.write(f"    {token:<16} {lp:>10.4f} {-lp / LN2:>16.4f}\n")
+
+    doc: DocumentScore = scorer.score_document(args.file, window=args.window, progress=True, on_token=on_token)
+    if args.json:
+        summary = _clean(doc.to_dict(per_token=False))
+        summary.pop("source", None)
+        if args.per_token:
+            rest = json.dumps(summary, ensure_ascii=False)[1:]  # '"num_lines": ..., ...}'
+            out.write("\n], " + rest + "\n")
+        else:
+            json.dump({"source": args.file, "model": args.model, **summary}, out, ensure_ascii=False, indent=2)
+            out.write("\n")
+        return
+    if not args.per_token:
+        out.write(f"{args.file}\n")
+    out.write(f"    {doc.num_lines} lines, {_summary(doc.num_tokens, doc.num_oov, doc.logprob, doc.ppl, doc.bpc)}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dsf_lightning.score_command ...`` (the same as ``dsf score ...``)."""
+    parser = argparse.ArgumentParser(prog="dsf")
+    add_score_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["score", *(sys.argv[1:] if argv is None else argv)])
+    return args.handler(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,692 @@
+"""Score text with a pretrained recurrent language model: per-token log-probabilities, perplexity, bpc.
+
+>>> scorer = from_pretrained("delta-rnn-ptb")                      # doctest: +SKIP
+>>> s = scorer.score("the market rose sharply")                    # doctest: +SKIP
+>>> s.tokens, s.logprob, s.ppl                                     # doctest: +SKIP
+(['the', 'market', 'rose', 'sharply', '<eos>'], -31.2, 516.6)
+>>> scorer.score_document("valid.txt").ppl                         # doctest: +SKIP
+
+Conventions (the same for word, character and subword models; the pretrained's own tokenizer is used):
+
+* A *text* is a sentence: one line, tokenized by the model's tokenizer, which appends the end symbol
+  (``<eos>``). A text with newlines is several lines scored as one sequence.
+* The context before the first token is the end-of-sentence symbol: models are trained on a stream
+  in which every sentence follows ``<eos>``. So a sentence is scored by feeding ``<eos>`` to the zero
+  state, then every token of the sentence, and every token (its final ``<eos>`` included) is
+  predicted from its history. For a vocabulary without an end symbol (text8's single stream) the
+  first token of a sequence is context only and is not scored.
+* ``logprobs`` are natural logs; ``surprisal`` is in bits (``-logprob / ln 2``); ``ppl`` is
+  ``exp(-mean logprob)``; ``bpc`` (character models only) is the mean surprisal in bits per symbol.
+* Out-of-vocabulary words become the unknown symbol (``<unk>``) and are counted in ``num_oov``; a
+  closed vocabulary (characters) has no unknown symbol, so an unknown symbol is a
+  :class:`ScoringError` that names it and lists what the vocabulary contains.
+
+:meth:`Scorer.score` batches a list of sentences (sorted by length, right-padded, padding masked out
+— padding never changes a sentence's numbers, results come back in input order);
+``carry_state=True`` scores the list as one continuous stream (a document) instead.
+:meth:`Scorer.score_document` streams a document of any length (lines read lazily from a file, or
+any iterable of lines) in windows of ``window`` tokens with the recurrent state carried across them:
+the same numbers as one pass, with memory that does not grow with the document (running float64
+sums only, unless ``per_token=True``). :meth:`Scorer.iter_token_scores` yields ``(token, logprob)``
+pairs for callers who want per-token output without holding it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "DocumentScore",
+    "Scorer",
+    "ScoringError",
+    "SentenceScore",
+    "from_pretrained",
+]
+
+LN2 = math.log(2.0)
+# At most this many logits are alive at once while decoding (rows * vocabulary size): 4M floats = 16 MB.
+DECODE_ELEMENTS = 1 << 22
+# A file line longer than this is read in pieces when the model's stream has no end symbol (text8 is
+# one 100 MB line); cuts fall on a space (or, for characters, on a UTF-8 boundary), which changes no token.
+READ_LIMIT = 1 << 20
+_PROGRESS_MIN_BYTES = 1 << 20  # files smaller than this get no progress bar
+
+
+class ScoringError(ValueError):
+    """The text cannot be scored (empty, unknown symbol of a closed vocabulary, unreadable file, ...)."""
+
+
+def _safe_exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+# ------------------------------------------------------------------------------------------- results
+@dataclass
+class SentenceScore:
+    """The score of one text. ``tokens`` are the vocabulary symbols scored (an out-of-vocabulary word
+    appears as the unknown symbol; the original words are in ``oov_words``), the end symbol included;
+    ``logprobs[i]`` is the natural-log probability of ``tokens[i]`` given everything before it."""
+
+    text: str
+    tokens: list[str]
+    logprobs: list[float]
+    num_oov: int = 0
+    oov_words: list[str] = field(default_factory=list)
+    char_level: bool = field(default=False, repr=False)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.logprobs)
+
+    @property
+    def logprob(self) -> float:
+        """Sum of the tokens' natural-log probabilities (log P(sentence | <eos>))."""
+        return math.fsum(self.logprobs)
+
+    @property
+    def surprisal(self) -> list[float]:
+        """Per-token surprisal in bits: ``-logprob / ln 2``."""
+        return [-lp / LN2 for lp in self.logprobs]
+
+    @property
+    def ppl(self) -> float:
+        """Perplexity ``exp(-mean logprob)``."""
+        return _safe_exp(-self.logprob / self.num_tokens) if self.num_tokens else math.nan
+
+    @property
+    def bpc(self) -> float | None:
+        """Bits per character (mean surprisal) for character models, else None."""
+        if not self.char_level or not self.num_tokens:
+            return None
+        return -self.logprob / self.num_tokens / LN2
+
+    def to_dict(self, per_token: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "text": self.text,
+            "num_tokens": self.num_tokens,
+            "num_oov": self.num_oov,
+            "logprob": self.logprob,
+            "ppl": self.ppl,
+        }
+        if self.char_level:
+            out["bpc"] = self.bpc
+        if self.oov_words:
+            out["oov_words"] = list(self.oov_words)
+        if per_token:
+            out["tokens"] = [
+                {"token": t, "logprob": lp, "surprisal": -lp / LN2} for t, lp in zip(self.tokens, self.logprobs)
+            ]
+        return out
+
+
+@dataclass
+class DocumentScore:
+    """The score of a whole document (see :meth:`Scorer.score_document`). ``tokens`` and ``logprobs``
+    are kept only when asked for (``per_token=True``); otherwise they are None."""
+
+    num_tokens: int
+    num_oov: int
+    logprob: float
+    num_lines: int = 0
+    source: str | None = None
+    char_level: bool = field(default=False, repr=False)
+    tokens: list[str] | None = field(default=None, repr=False)
+    logprobs: list[float] | None = field(default=None, repr=False)
+
+    @property
+    def ppl(self) -> float:
+        return _safe_exp(-self.logprob / self.num_tokens) if self.num_tokens else math.nan
+
+    @property
+    def bpc(self) -> float | None:
+        if not self.char_level or not self.num_tokens:
+            return None
+        return -self.logprob / self.num_tokens / LN2
+
+    @property
+    def surprisal(self) -> list[float] | None:
+        return None if self.logprobs is None else [-lp / LN2 for lp in self.logprobs]
+
+    def to_dict(self, per_token: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "source": self.source,
+            "num_lines": self.num_lines,
+            "num_tokens": self.num_tokens,
+            "num_oov": self.num_oov,
+            "logprob": self.logprob,
+            "ppl": self.ppl,
+        }
+        if self.char_level:
+            out["bpc"] = self.bpc
+        if per_token and self.tokens is not None:
+            out["tokens"] = [
+                {"token": t, "logprob": lp, "surprisal": -lp / LN2} for t, lp in zip(self.tokens, self.logprobs)
+            ]
+        return out
+
+
+# ------------------------------------------------------------------------------------------- input
+def _split_text(text: str) -> list[str]:
+    """A text's lines: one trailing newline is not an extra line, ``\\r\\n`` counts as ``\\n``."""
+    if text.endswith("\n"):
+        text = text[:-1]
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
+def _iter_file_lines(path: Path, *, split_long: str | None, progress: bool) -> Iterator[tuple[str, str]]:
+    """Lines of a UTF-8 file, lazily, as ``(line, where)``; bad bytes -> :class:`ScoringError` with
+    the byte offset. A last fragment after the final newline that is only whitespace is not a line
+    (as :func:`dsf_lightning.data.corpora.files.read_lines`).
+
+    ``split_long`` ("space" or "char"): a line longer than :data:`READ_LIMIT` bytes may be handed
+    over in pieces cut after a space ("space") or at any UTF-8 character boundary ("char"), for
+    streams whose tokens are the same either way (no end symbol appended per line).
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise ScoringError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise ScoringError(f"{path} is a directory, not a text file") from None
+    except OSError as err:
+        raise ScoringError(f"cannot read {path}: {err.strerror or err}") from None
+    bar = None
+    if progress:
+        bar = _progress_bar(path)
+    with f:
+        offset = 0  # byte offset of the start of `pending`
+        lineno = 1
+        pending = b""
+        first = True
+        while True:
+            chunk = f.readline(READ_LIMIT)
+            if bar is not None and chunk:
+                bar.update(len(chunk))
+            if first:
+                first = False
+                if chunk.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
+                    chunk = chunk[3:]
+                    offset = 3
+            pending += chunk
+            if chunk.endswith(b"\n"):
+                raw = pending[:-1]
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                yield _decode(raw, path, offset, lineno), f"{path} line {lineno}"
+                offset += len(pending)
+                lineno += 1
+                pending = b""
+                continue
+            if not chunk:  # end of file
+                if pending.strip():
+                    yield _decode(pending, path, offset, lineno), f"{path} line {lineno}"
+                break
+            if split_long and len(pending) >= READ_LIMIT:  # a long line without end symbols: hand over a piece
+                cut = pending.rfind(b" ") + 1
+                if cut <= 0 and split_long == "char":
+                    cut = len(pending)
+                    while cut > 0 and pending[cut - 1] & 0xC0 == 0x80:  # back off continuation bytes
+                        cut -= 1
+                    if cut > 0 and pending[cut - 1] >= 0xC0:  # ... and the lead byte they belong to
+                        cut -= 1
+                if cut > 0:
+                    yield _decode(pending[:cut], path, offset, lineno), f"{path} line {lineno}"
+                    offset += cut
+                    pending = pending[cut:]
+    if bar is not None:
+        bar.close()
+
+
+def _decode(raw: bytes, path: Path, offset: int, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad = raw[err.start : err.start + 1]
+        raise ScoringError(
+            f"{path}: not valid UTF-8 at byte offset {offset + err.start} (line {lineno}, byte "
+            f"0x{bad.hex()}: {err.reason}); convert the file to UTF-8 first"
+        ) from None
+
+
+def _progress_bar(path: Path):
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if size < _PROGRESS_MIN_BYTES:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=size, unit="B", unit_scale=True, desc=f"scoring {path.name}", file=sys.stderr, leave=False)
+
+
+def _iter_given_lines(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    for i, item in enumerate(lines):
+        if not isinstance(item, str):
+            raise ScoringError(f"document line {i} is a {type(item).__name__}, not a str")
+        for j, line in enumerate(_split_text(item)):
+            yield line, f"line {i + 1}" if j == 0 else f"line {i + 1} (part {j + 1})"
+
+
+# ------------------------------------------------------------------------------------------- scorer
+class Scorer:
+    """Scores text with a pretrained model (anything with ``model``, ``vocab``, ``tokenizer``, ``info``,
+    e.g. :class:`dsf_lightning.hub.format.Pretrained`).
+
+    ``batch_size``: sentences per forward pass in :meth:`score`. ``window``: time steps per forward
+    pass (the state is carried between windows; bounds the memory of long sentences and documents).
+    The model is moved to ``device``, put in eval mode and its parameters stop requiring gradients.
+    """
+
+    def __init__(self, pretrained: Any, device: str | torch.device = "cpu", batch_size: int = 32, window: int = 256):
+        for name, value in (("batch_size", batch_size), ("window", window)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ScoringError(f"{name} must be a positive integer, got {value!r}")
+        missing = [a for a in ("model", "vocab", "tokenizer") if getattr(pretrained, a, None) is None]
+        if missing:
+            raise ScoringError(f"a pretrained model needs model, vocab and tokenizer; missing {missing}")
+        self.pretrained = pretrained
+        self.vocab = pretrained.vocab
+        self.tokenizer = pretrained.tokenizer
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+        self.window = window
+        self.model = pretrained.model.to(self.device).eval()
+        self.model.requires_grad_(False)
+        vocab_size = getattr(getattr(self.model, "config", None), "vocab_size", None)
+        if vocab_size is not None and vocab_size != len(self.vocab):
+            raise ScoringError(
+                f"the model predicts {vocab_size} symbols but its vocabulary has {len(self.vocab)}: "
+                "they do not belong together"
+            )
+        tok_eos = getattr(self.tokenizer, "eos", None)
+        if tok_eos is not None and tok_eos != self.vocab.eos:
+            raise ScoringError(
+                f"the tokenizer ends lines with {tok_eos!r} but the vocabulary's end symbol is {self.vocab.eos!r}"
+            )
+        self.eos_id: int | None = self.vocab.eos_id
+        self.unk_id: int | None = self.vocab.unk_id
+        self.char_level = getattr(self.tokenizer, "name", "") == "char"
+        self._pad_id = self.eos_id if self.eos_id is not None else 0
+        self._symbols = self.vocab.symbols
+        self._stoi = self.vocab.stoi
+
+    # -- construction / saving -------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | os.PathLike, revision: str | None = None, **scorer_options
+    ) -> "Scorer":
+        """Resolve (hub name, repo id or local folder), load and wrap a pretrained model."""
+        try:
+            from .hub.format import load_pretrained
+            from .hub.registry import resolve
+        except ImportError as err:
+            raise ScoringError(f"the model hub (dsf_lightning.hub) is not available: {err}") from err
+        folder = resolve(name_or_path, revision=revision)
+        return cls(load_pretrained(folder), **scorer_options)
+
+    def save_pretrained(self, folder: str | os.PathLike, **kw):
+        """Save the wrapped pretrained model with :func:`dsf_lightning.hub.format.save_pretrained`."""
+        try:
+            from .hub.format import save_pretrained
+        except ImportError as err:
+            raise ScoringError(f"the model hub (dsf_lightning.hub) is not available: {err}") from err
+        return save_pretrained(self.pretrained, folder, **kw)
+
+    def __repr__(self) -> str:
+        return (
+            f"Scorer(vocab={len(self.vocab):,}, tokenizer={getattr(self.tokenizer, 'name', '?')!r}, "
+            f"device={str(self.device)!r}, batch_size={self.batch_size}, window={self.window})"
+        )
+
+    # -- encoding --------------------------------------------------------------------------------
+    def _encode_line(self, line: str, where: str) -> tuple[list[int], list[int], list[str]]:
+        """``(ids, oov_positions, oov_words)`` of one line (the end symbol included)."""
+        tokens = self.tokenizer.tokenize_line(line)
+        stoi = self._stoi
+        try:
+            return [stoi[t] for t in tokens], [], []
+        except KeyError:
+            pass
+        if self.unk_id is None:
+            bad = next(t for t in tokens if t not in stoi)
+            raise ScoringError(self._closed_message(bad, where))
+        ids, positions, words = [], [], []
+        for i, t in enumerate(tokens):
+            j = stoi.get(t)
+            if j is None:
+                j = self.unk_id
+                positions.append(i)
+                words.append(t)
+            ids.append(j)
+        return ids, positions, words
+
+    def _closed_message(self, bad: str, where: str) -> str:
+        code = f" (U+{ord(bad):04X})" if len(bad) == 1 else ""
+        shown = self._symbols if len(self._symbols) <= 120 else self._symbols[:100]
+        listing = " ".join(repr(s) for s in shown)
+        more = f" ... and {len(self._symbols) - len(shown)} more" if len(shown) < len(self._symbols) else ""
+        hint = ""
+        if getattr(self.tokenizer, "mode", None) == "ptb" and len(bad) > 1:
+            space = getattr(self.tokenizer, "space", "_")
+            hint = (
+                f"; this character model reads PTB-char text: symbols separated by spaces and {space!r} "
+                f"between words, e.g. 'a {space} c a t'"
+            )
+        return (
+            f"symbol {bad!r}{code} in {where} is not in the model's closed vocabulary (it has no unknown "
+            f"symbol); the vocabulary's {len(self._symbols)} symbols are: {listing}{more}{hint}"
+        )
+
+    def _encode_text(self, text: Any, where: str) -> tuple[list[int], list[int], list[str]]:
+        if not isinstance(text, str):
+            raise ScoringError(f"{where} is a {type(text).__name__}, not a str")
+        if text == "":
+            raise ScoringError(f"empty text ({where}): there is nothing to score")
+        ids: list[int] = []
+        positions: list[int] = []
+        words: list[str] = []
+        lines = _split_text(text)
+        for j, line in enumerate(lines):
+            line_ids, pos, w = self._encode_line(line, where if len(lines) == 1 else f"{where} line {j + 1}")
+            positions.extend(p + len(ids) for p in pos)
+            words.extend(w)
+            ids.extend(line_ids)
+        return ids, positions, words
+
+    # -- the numerics ----------------------------------------------------------------------------
+    def _target_logprobs(self, feats: Tensor, targets: Tensor) -> Tensor:
+        """``log p(target)`` for rows of top-layer features ``[N, D]`` and targets ``[N]``, decoded in
+        chunks so that at most :data:`DECODE_ELEMENTS` logits exist at once."""
+        n = feats.shape[0]
+        if n == 0:
+            return feats.new_zeros(0)
+        rows = max(64, DECODE_ELEMENTS // max(1, len(self.vocab)))
+        parts = []
+        for i in range(0, n, rows):
+            logits = self.model.decode(feats[i : i + rows])
+            logp = torch.log_softmax(logits, dim=-1)
+            parts.append(logp.gather(-1, targets[i : i + rows, None]).squeeze(-1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    @torch.inference_mode()
+    def _score_batch(self, seqs: list[list[int]]) -> list[list[float]]:
+        """Independent sequences (each: context token + targets), longest first, from the zero state.
+
+        Right-padded to the longest, run in windows of ``self.window`` steps with the state carried;
+        sequences that have ended are dropped from the batch at window boundaries, and padded positions
+        are never decoded, so padding cannot change any sentence's numbers.
+        """
+        lengths = [len(s) - 1 for s in seqs]  # number of targets, non-increasing
+        batch, longest = len(seqs), lengths[0]
+        data = torch.full((batch, longest + 1), self._pad_id, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            data[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+        lengths_t = torch.tensor(lengths)
+        out = torch.zeros(batch, longest, dtype=torch.float64)
+        state = None
+        active = batch
+        for t0 in range(0, longest, self.window):
+            t1 = min(t0 + self.window, longest)
+            while lengths[active - 1] <= t0:
+                active -= 1
+            if state is not None and active < state[0][0].shape[0]:
+                state = tuple(tuple(s[:active] for s in layer) for layer in state)
+            inputs = data[:active, t0:t1].to(self.device)
+            feats, state = self.model.features(inputs, state)
+            mask = torch.arange(t0, t1)[None, :] < lengths_t[:active, None]  # [active, w]
+            targets = data[:active, t0 + 1 : t1 + 1][mask].to(self.device)
+            lp = self._target_logprobs(feats[mask.to(self.device)], targets)
+            out[:active, t0:t1][mask] = lp.to("cpu", torch.float64)
+        return [out[b, : lengths[b]].tolist() for b in range(batch)]
+
+    @torch.inference_mode()
+    def _score_window(self, inputs: list[int], targets: list[int], state):
+        x = torch.tensor([inputs], dtype=torch.long, device=self.device)
+        feats, state = self.model.features(x, state)
+        y = torch.tensor(targets, dtype=torch.long, device=self.device)
+        return self._target_logprobs(feats[0], y).to("cpu", torch.float64), state
+
+    def _iter_windows(self, lines: Iterable[tuple[str, str]], window: int) -> Iterator[tuple[list[int], Tensor, int]]:
+        """Stream lines ``(line, where)`` as one sequence with carried state, ``window`` targets per
+        forward pass; yields ``(target ids, float64 logprobs, number of OOV targets)`` per window.
+        Holds at most a window plus one line of tokens."""
+        state = None
+        prev = self.eos_id  # the context before the first token; None: the first token is context
+        buf: list[int] = []
+        oov_at: list[int] = []  # positions in buf mapped to the unknown symbol
+        for line, where in lines:
+            ids, positions, _ = self._encode_line(line, where)
+            if prev is None:
+                if not ids:
+                    continue
+                prev = ids[0]
+                ids = ids[1:]
+                positions = [p - 1 for p in positions if p > 0]
+            base = len(buf)
+            buf.extend(ids)
+            oov_at.extend(base + p for p in positions)
+            while len(buf) >= window:
+                targets = buf[:window]
+                n_oov = sum(1 for p in oov_at if p < window)
+                lp, state = self._score_window([prev, *targets[:-1]], targets, state)
+                yield targets, lp, n_oov
+                prev = targets[-1]
+                del buf[:window]
+                oov_at = [p - window for p in oov_at if p >= window]
+        if buf:
+            lp, state = self._score_window([prev, *buf[:-1]], buf, state)
+            yield buf, lp, len(oov_at)
+
+    # -- public API ------------------------------------------------------------------------------
+    def score(self, text_or_texts: str | Sequence[str], *, carry_state: bool = False):
+        """Score one text (-> :class:`SentenceScore`) or a list of texts (-> list, in input order).
+
+        ``carry_state=False``: every text starts fresh (the state after ``<eos>`` from zeros), and a
+        list is scored in batches of ``batch_size`` sorted by length. ``carry_state=True``: the texts of
+        the list are one continuous stream, in order (a document); each text's numbers are its part of it.
+        """
+        single = isinstance(text_or_texts, str)
+        if single:
+            texts = [text_or_texts]
+        else:
+            try:
+                texts = list(text_or_texts)
+            except TypeError:
+                raise ScoringError(
+                    f"score() takes a str or a list of str, got {type(text_or_texts).__name__}"
+                ) from None
+        if not texts:
+            return []
+        encoded = [self._encode_text(t, "the text" if single else f"text {i}") for i, t in enumerate(texts)]
+        if carry_state:
+            results = self._score_stream(texts, encoded)
+        else:
+            results = self._score_independent(texts, encoded)
+        return results[0] if single else results
+
+    def _make_result(self, text, ids, positions, words, logprobs, skip_first: bool) -> SentenceScore:
+        scored = ids[1:] if skip_first else ids
+        n_oov = sum(1 for p in positions if p >= (1 if skip_first else 0))
+        return SentenceScore(
+            text=text,
+            tokens=[self._symbols[i] for i in scored],
+            logprobs=logprobs,
+            num_oov=n_oov,
+            oov_words=words if not (skip_first and positions and positions[0] == 0) else words[1:],
+            char_level=self.char_level,
+        )
+
+    def _score_independent(self, texts, encoded) -> list[SentenceScore]:
+        if self.eos_id is not None:
+            seqs = [[self.eos_id, *ids] for ids, _, _ in encoded]
+        else:
+            seqs = [ids for ids, _, _ in encoded]
+            for i, s in enumerate(seqs):
+                if len(s) < 2:
+                    raise ScoringError(
+                        f"text {i} has {len(s)} token(s): this model has no end symbol, so the first token is "
+                        "context only and at least two are needed"
+                    )
+        order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))  # stable: equal lengths keep order
+        logprobs: list[list[float] | None] = [None] * len(seqs)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for i, lp in zip(chunk, self._score_batch([seqs[i] for i in chunk])):
+                logprobs[i] = lp
+        skip = self.eos_id is None
+        return [
+            self._make_result(t, ids, pos, words, lp, skip)
+            for t, (ids, pos, words), lp in zip(texts, encoded, logprobs)
+        ]
+
+    def _score_stream(self, texts, encoded) -> list[SentenceScore]:
+        # each text's lines as one piece: encoding again is cheap, and keeps _iter_windows the only streamer
+        def lines():
+            for i, t in enumerate(texts):
+                for j, line in enumerate(_split_text(t)):
+                    yield line, f"text {i}" if j == 0 else f"text {i} line {j + 1}"
+
+        flat: list[float] = []
+        for _, lp, _ in self._iter_windows(lines(), self.window):
+            flat.extend(lp.tolist())
+        results, pos = [], 0
+        for k, (t, (ids, positions, words)) in enumerate(zip(texts, encoded)):
+            skip = self.eos_id is None and k == 0
+            n = len(ids) - (1 if skip else 0)
+            results.append(self._make_result(t, ids, positions, words, flat[pos : pos + n], skip))
+            pos += n
+        if not flat:
+            raise ScoringError("the texts hold one token: this model has no end symbol, so nothing is left to score")
+        return results
+
+    def _document_lines(self, lines_or_path, progress: bool) -> tuple[Iterator[tuple[str, str]], str]:
+        if isinstance(lines_or_path, (str, os.PathLike)):
+            path = Path(lines_or_path)
+            split_long = None
+            if getattr(self.tokenizer, "eos", None) is None and getattr(self.tokenizer, "boundary", None) is None:
+                plain_chars = self.char_level and getattr(self.tokenizer, "mode", "plain") == "plain"
+                split_long = "char" if plain_chars else "space"
+            try:
+                exists = path.exists()
+            except (OSError, ValueError):  # e.g. a text passed by mistake: too long, or a NUL character
+                exists = False
+            if not exists and isinstance(lines_or_path, str) and ("\n" in lines_or_path or " " in lines_or_path):
+                raise ScoringError(
+                    f"no such file: {lines_or_path[:60]!r}; score_document takes a path or a list of lines "
+                    "(use score() for a text)"
+                )
+            return _iter_file_lines(path, split_long=split_long, progress=progress), str(path)
+        if isinstance(lines_or_path, bytes):
+            raise ScoringError("score_document takes a path or an iterable of str lines, not bytes")
+        try:
+            it = iter(lines_or_path)
+        except TypeError:
+            raise ScoringError(
+                f"score_document takes a path or an iterable of lines, got {type(lines_or_path).__name__}"
+            ) from None
+        return _iter_given_lines(it), "<lines>"
+
+    def _check_window(self, window: int | None) -> int:
+        window = self.window if window is None else window
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ScoringError(f"window must be a positive integer, got {window!r}")
+        return window
+
+    def iter_token_scores(
+        self, lines_or_path, *, window: int | None = None, progress: bool = False
+    ) -> Iterator[tuple[str, float]]:
+        """Yield ``(token, logprob)`` for every token of a document (a path or an iterable of lines), in
+        order, streamed as :meth:`score_document` does; nothing is kept once yielded."""
+        window = self._check_window(window)
+        lines, _ = self._document_lines(lines_or_path, progress)
+        symbols = self._symbols
+        for targets, lp, _ in self._iter_windows(lines, window):
+            yield from zip((symbols[i] for i in targets), lp.tolist())
+
+    def score_document(
+        self,
+        lines_or_path,
+        *,
+        per_token: bool = False,
+        window: int | None = None,
+        progress: bool = False,
+        on_token: Callable[[str, float], None] | None = None,
+    ) -> DocumentScore:
+        """Score a document (a path to a UTF-8 text file, read lazily, or an iterable of lines) as one
+        stream with carried state, ``window`` tokens per forward pass (default: the scorer's).
+
+        The numbers equal one pass over the whole document (to float round-off); memory does not grow
+        with its length: only float64 running sums are kept, unless ``per_token=True`` asks for every
+        token's symbol and log-probability. ``on_token(token, logprob)``, if given, is called for every
+        token as it is scored (per-token output without holding it). ``progress`` shows a bar on stderr
+        for long files (tqdm, when installed).
+        """
+        window = self._check_window(window)
+        counting_lines = _Counter()
+        lines, source = self._document_lines(lines_or_path, progress)
+        total = 0.0
+        n_tokens = n_oov = 0
+        tokens: list[str] | None = [] if per_token else None
+        logprobs: list[float] | None = [] if per_token else None
+        for targets, lp, k in self._iter_windows(counting_lines.wrap(lines), window):
+            total += float(lp.sum())
+            n_tokens += len(targets)
+            n_oov += k
+            if per_token or on_token is not None:
+                symbols = [self._symbols[i] for i in targets]
+                values = lp.tolist()
+                if per_token:
+                    tokens.extend(symbols)
+                    logprobs.extend(values)
+                if on_token is not None:
+                    for pair in zip(symbols, values):
+                        on_token(*pair)
+        if n_tokens == 0:
+            what = "no lines" if counting_lines.n == 0 else "no token to score"
+            raise ScoringError(f"empty text: document {source} has {what}")
+        return DocumentScore(
+            num_tokens=n_tokens,
+            num_oov=n_oov,
+            logprob=total,
+            num_lines=counting_lines.n,
+            source=source,
+            char_level=self.char_level,
+            tokens=tokens,
+            logprobs=logprobs,
+        )
+
+
+class _Counter:
+    """Counts the lines passing through :meth:`wrap` (the pieces of one long file line count once)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def wrap(self, items):
+        last = None
+        for item in items:
+            if item[1] != last:
+                self.n += 1
+                last = item[1]
+            yield item
+
+
+def from_pretrained(name_or_path: str | os.PathLike, revision: str | None = None, **scorer_options) -> Scorer:
+    """A :class:`Scorer` for a hub model name, a hub repo id or a local pretrained folder
+    (``dsf_lightning.hub.registry.resolve`` + ``dsf_lightning.hub.format.load_pretrained``).
+    ``scorer_options``: ``device``, ``batch_size``, ``window``."""
+    return Scorer.from_pretrained(name_or_path, revision=revision, **scorer_options)
