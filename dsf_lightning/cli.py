@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"Training subcommands (LightningCLI): {', '.join(LIGHTNING_COMMANDS)}; see `dsf fit --help`.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    listing = commands.add_parser("list", help="list what the library knows (cells, corpora)")
+    listing = commands.add_parser("list", help="list what the library knows (cells, corpora, models)")
     what = listing.add_subparsers(dest="what", required=True, metavar="WHAT")
     cell_list = what.add_parser("cells", help="the registered recurrent cells")
     cell_list.add_argument("--details", action="store_true", help="add parameter counts and a summary")
@@ -67,9 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     cell_list.add_argument("--hidden-size", type=int, default=128, help="hidden size for --details")
     cell_list.set_defaults(handler=list_cells_command)
     what.add_parser("corpora", help="the corpora load_corpus knows").set_defaults(handler=list_corpora_command)
+    from .hub.commands import add_export_parser, add_list_models_parser, add_push_parser
     from .score_command import add_score_parser
 
+    add_list_models_parser(what)
     add_score_parser(commands)
+    add_export_parser(commands)
+    add_push_parser(commands)
     return parser
 
 

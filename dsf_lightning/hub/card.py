@@ -1,0 +1,310 @@
+"""Model cards: ``README.md`` with model-index metadata (huggingface_hub's ``ModelCardData`` /
+``EvalResult``) above a Markdown body filled from ``model_cards/template.md``.
+
+Evaluation results are plain dicts, one per number::
+
+    {"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}
+
+``metric`` is ``perplexity`` (word / subword models), ``bpc`` (bits per character, character models)
+or ``accuracy``; optional keys: ``dataset_name`` (display name), ``task`` (default
+``text-generation``, ``text-classification`` for accuracy), ``metric_name``, ``dataset_config``,
+``dataset_revision``, ``source_name``, ``source_url``. They become the card's ``model-index`` and
+read back with ``ModelCard.load(path).data.eval_results``.
+
+Template placeholders are ``{{ field }}``; :data:`FIELDS` lists them. The packaged template
+(``dsf_lightning/hub/card_template.md``) is a byte-identical copy of ``model_cards/template.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+FIELDS = (
+    "model_name", "repo_id", "description", "architecture_table", "intended_use", "limitations", "recipe",
+    "metrics_table", "comparison", "how_to_score", "files", "citation", "library_version",
+)
+METADATA_KEYS = ("license", "language", "tags", "datasets", "base_model", "pipeline_tag", "model_name")
+METRICS = {  # metric type -> (display name, task type)
+    "perplexity": ("perplexity", "text-generation"),
+    "bpc": ("bits per character", "text-generation"),
+    "accuracy": ("accuracy", "text-classification"),
+}
+METRIC_ALIASES = {"ppl": "perplexity", "bits-per-character": "bpc", "bits_per_character": "bpc", "acc": "accuracy"}
+SPLIT_NAMES = {"valid": "validation", "val": "validation", "dev": "validation"}
+EVAL_KEYS = {
+    "metric", "value", "dataset", "split", "dataset_name", "task", "metric_name", "dataset_config",
+    "dataset_revision", "source_name", "source_url",
+}
+CITATIONS = {
+    "delta-rnn": "Alexander G. Ororbia II, Tomas Mikolov, David Reitter. *Learning Simpler Language Models with the "
+    "Differential State Framework.* Neural Computation, 2017.",
+    "scrn": "Olzhas Kabdolov, Zhenisbek Assylbekov, Rustem Takhanov. *Reproducing and Regularizing the SCRN Model.* 2018.",
+    "ran": "Kenton Lee, Omer Levy, Luke Zettlemoyer. *Recurrent Additive Networks.* 2017.",
+    "irlm": "Marius Pachitariu, Maneesh Sahani. *Regularization and nonlinearities for neural language models: "
+    "when are they needed?* 2013.",
+    "sr": "Cheng Wang, Mathias Niepert. *State-Regularized Recurrent Neural Networks.* ICML 2019.",
+}
+CELL_FAMILY = {"mi-rnn": "delta-rnn", "srelu-rnn": "irlm", "irlm": "irlm", "scrn": "scrn"}
+
+
+def cell_family(cell: str) -> str:
+    """The paper family of a registered cell name (the key of :data:`CITATIONS`), else the name."""
+    if cell in CELL_FAMILY:
+        return CELL_FAMILY[cell]
+    for prefix in ("delta-rnn", "ran", "sr"):
+        if cell == prefix or cell.startswith(prefix + "-"):
+            return prefix
+    return cell
+
+
+class ModelCardError(ValueError):
+    """Bad evaluation results, unknown card fields, or a template with unknown placeholders."""
+
+
+# --------------------------------------------------------------------------------- eval results
+def normalize_eval_results(eval_results: Iterable[dict] | None) -> list[dict]:
+    """Check evaluation-result dicts and fill their defaults (split ``test``, task by metric)."""
+    out = []
+    for i, result in enumerate(eval_results or []):
+        if not isinstance(result, dict):
+            raise ModelCardError(f"eval_results[{i}] must be a dict, got {type(result).__name__}")
+        unknown = sorted(set(result) - EVAL_KEYS)
+        if unknown:
+            raise ModelCardError(f"eval_results[{i}]: unknown key(s) {unknown}; accepted: {sorted(EVAL_KEYS)}")
+        missing = [k for k in ("metric", "value", "dataset") if k not in result]
+        if missing:
+            raise ModelCardError(f"eval_results[{i}] needs {missing} (e.g. {{'metric': 'perplexity', 'value': 93.1, 'dataset': 'ptb'}})")
+        metric = METRIC_ALIASES.get(str(result["metric"]).lower(), str(result["metric"]).lower())
+        if metric not in METRICS:
+            raise ModelCardError(f"eval_results[{i}]: unknown metric {result['metric']!r}; known: {sorted(METRICS)}")
+        value = result["value"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ModelCardError(f"eval_results[{i}]: value must be a finite number, got {value!r}")
+        split = str(result.get("split", "test"))
+        entry = {
+            **{k: v for k, v in result.items() if v is not None},
+            "metric": metric,
+            "value": float(value),
+            "dataset": str(result["dataset"]),
+            "split": SPLIT_NAMES.get(split, split),
+            "task": result.get("task") or METRICS[metric][1],
+        }
+        out.append(entry)
+    return out
+
+
+def default_eval_results(info: dict, tokenizer_name: str | None) -> list[dict]:
+    """Results from ``info["metrics"]`` (keys like ``test_ppl`` / ``valid_bpc``): BPC for character
+    models, perplexity otherwise, accuracy when present; the dataset is ``info["corpus"]``."""
+    metrics, corpus = info.get("metrics") or {}, info.get("corpus")
+    if not isinstance(metrics, dict) or not corpus:
+        return []
+    wanted = ("bpc",) if tokenizer_name == "char" else ("ppl",)
+    out = []
+    for key, value in metrics.items():
+        split, _, kind = str(key).rpartition("_")
+        if kind in (*wanted, "accuracy") and split and isinstance(value, (int, float)) and math.isfinite(value):
+            out.append({"metric": METRIC_ALIASES.get(kind, kind), "value": float(value), "dataset": str(corpus), "split": split})
+    return normalize_eval_results(out)
+
+
+def to_eval_result(entry: dict):
+    """One normalized dict -> ``huggingface_hub.EvalResult``."""
+    from huggingface_hub import EvalResult
+
+    return EvalResult(
+        task_type=entry["task"],
+        dataset_type=entry["dataset"],
+        dataset_name=entry.get("dataset_name", entry["dataset"]),
+        dataset_split=entry["split"],
+        dataset_config=entry.get("dataset_config"),
+        dataset_revision=entry.get("dataset_revision"),
+        metric_type=entry["metric"],
+        metric_value=entry["value"],
+        metric_name=entry.get("metric_name", f"{entry['split']} {METRICS[entry['metric']][0]}"),
+        source_name=entry.get("source_name"),
+        source_url=entry.get("source_url"),
+    )
+
+
+# --------------------------------------------------------------------------------- template
+def render_template(template: str, values: dict[str, str]) -> str:
+    """Replace every ``{{ field }}``; an unknown placeholder or an unused value raises."""
+    template = re.sub(r"\A\s*<!--.*?-->\s*", "", template, flags=re.S)  # the template's own notes
+    used = set(PLACEHOLDER.findall(template))
+    unknown = sorted(used - set(values))
+    if unknown:
+        raise ModelCardError(f"card template has placeholder(s) {unknown} with no value; known fields: {sorted(values)}")
+    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]).strip(), template)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _table(rows: list[tuple[str, str]], header: tuple[str, str]) -> str:
+    lines = [f"| {header[0]} | {header[1]} |", "| --- | --- |"]
+    lines += [f"| {a} | {b} |" for a, b in rows]
+    return "\n".join(lines)
+
+
+def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int], name: str, repo_id: str) -> dict[str, str]:
+    from .. import __version__
+    from ..model import count_parameters
+
+    cfg, info, tok = pretrained.model.config, pretrained.info, pretrained.tokenizer
+    family = cell_family(cfg.cell)
+    corpus = info.get("corpus", "an unnamed corpus")
+    metric_word = "bits per character" if tok.name == "char" else "perplexity"
+    description = info.get("description") or (
+        f"A {cfg.cell} recurrent language model ({len(cfg.hidden_sizes)} layer(s) of "
+        f"{', '.join(map(str, cfg.hidden_sizes))} units) trained on {corpus} with "
+        f"dsf-lightning, {tok.name}-level, "
+        f"{len(pretrained.vocab):,} symbols. Its headline metric is {metric_word}."
+    )
+    dropout = ", ".join(
+        f"{k.removeprefix('dropout_')} {getattr(cfg, k)}" for k in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output") if getattr(cfg, k)
+    ) or "none"
+    arch = [
+        ("cell", f"`{cfg.cell}`" + (f" with options `{json.dumps(cfg.cell_options)}`" if cfg.cell_options else "")),
+        ("layers (hidden sizes)", ", ".join(map(str, cfg.hidden_sizes))),
+        ("embedding size", "one-hot input" if cfg.embedding_size == 0 else str(cfg.embedding_size)),
+        ("tied input/output embedding", "yes" if cfg.tie_weights else "no"),
+        ("dropout (training)", dropout + (" (variational)" if cfg.variational else "")),
+        ("parameters", f"{count_parameters(pretrained.model):,}"),
+        ("vocabulary", f"{len(pretrained.vocab):,} symbols" + (f", unknown symbol `{pretrained.vocab.unk}`" if pretrained.vocab.unk else ", closed")),
+        ("tokenizer", f"`{tok.name}` `{json.dumps(tok.options())}`"),
+    ]
+    recipe_rows = []
+    for key, label in (("corpus", "corpus"), ("recipe", "recipe"), ("training_time", "training time"), ("hardware", "hardware")):
+        if info.get(key) not in (None, ""):
+            value = info[key]
+            recipe_rows.append((label, f"`{value}`" if key == "recipe" and isinstance(value, str) else _cell(value)))
+    for key, value in (info.get("training") or {}).items():
+        if value is not None:
+            recipe_rows.append((key, _cell(value)))
+    recipe = _table(recipe_rows, ("setting", "value")) if recipe_rows else "No training recipe recorded."
+    if eval_entries:
+        lines = ["| dataset | split | metric | value |", "| --- | --- | --- | --- |"]
+        lines += [
+            f"| {e.get('dataset_name', e['dataset'])} | {e['split']} | {METRICS[e['metric']][0]} | {e['value']:.4g} |"
+            for e in eval_entries
+        ]
+        metrics_table = "\n".join(lines)
+    else:
+        metrics_table = "No evaluation results recorded."
+    comparison = info.get("comparison")
+    if isinstance(comparison, (list, tuple)):
+        comparison = "\n".join(f"- {line}" for line in comparison)
+    comparison = comparison or "No comparison recorded."
+    metric_attr = "bpc" if tok.name == "char" else "ppl"
+    how_to_score = f"""```bash
+pip install dsf-lightning
+dsf score --model {repo_id} "the market rose sharply"      # per-sentence log-probability and {metric_word}
+dsf score --model {repo_id} --file valid.txt --per-token   # a whole document, state carried across lines
+```
+
+```python
+from dsf_lightning.scoring import from_pretrained
+
+scorer = from_pretrained("{repo_id}")  # a published name, a Hub repo id "owner/name" or a local folder
+s = scorer.score("the market rose sharply")
+print(s.tokens, s.logprobs, s.{metric_attr})
+print(scorer.score_document("valid.txt").{metric_attr})
+```
+
+The raw model is `dsf_lightning.hub.load("{repo_id}")`: a `Pretrained` with `.model` (a `RecurrentLM`,
+`model(tokens, state) -> (logits, state)`), `.vocab`, `.tokenizer` and `.info`."""
+    descriptions = {
+        "config.json": "format version, model configuration, training information, checksums",
+        "model.safetensors": "weights (safetensors; tied weights stored once)",
+        "vocab.json": "the vocabulary (symbols, end-of-line and unknown symbols)",
+        "tokenizer.json": "the tokenizer's options and learned state",
+    }
+    files_table = _table(
+        [(f"`{f}`", f"{_fmt_bytes(size)}: {descriptions.get(f, '')}") for f, size in files.items()], ("file", "size and contents")
+    )
+    citation = CITATIONS.get(family, f"See the paper that introduced the `{cfg.cell}` cell.")
+    return {
+        "model_name": name,
+        "repo_id": repo_id,
+        "description": description,
+        "architecture_table": _table(arch, ("", "")),
+        "intended_use": info.get("intended_use")
+        or f"Scoring text like {corpus}: per-token log-probabilities, surprisal and {metric_word}; a baseline for "
+        "research on simple recurrent language models. Not meant to generate text for people to read.",
+        "limitations": info.get("limitations")
+        or f"It knows only the {len(pretrained.vocab):,} symbols of its vocabulary"
+        + (f" (others become `{pretrained.vocab.unk}`)" if pretrained.vocab.unk else " (other symbols are an error)")
+        + f" and the domain of {corpus}; scores of text from other domains or tokenized differently are not comparable.",
+        "recipe": recipe,
+        "metrics_table": metrics_table,
+        "comparison": comparison,
+        "how_to_score": how_to_score,
+        "files": files_table,
+        "citation": citation,
+        "library_version": __version__,
+    }
+
+
+def _cell(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def build_model_card(
+    pretrained,
+    *,
+    eval_results: Iterable[dict] | None = None,
+    card_extra: dict | None = None,
+    files: dict[str, int] | None = None,
+    name: str | None = None,
+    template: str | None = None,
+):
+    """A ``huggingface_hub.ModelCard`` for ``pretrained``.
+
+    ``eval_results`` default to :func:`default_eval_results` of ``pretrained.info``. ``card_extra``
+    overrides template fields (:data:`FIELDS`) or sets card metadata (:data:`METADATA_KEYS`: license,
+    language, tags (added to the defaults), datasets, base_model, pipeline_tag, model_name).
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    from .. import __version__
+
+    extra = dict(card_extra or {})
+    unknown = sorted(set(extra) - set(FIELDS) - set(METADATA_KEYS))
+    if unknown:
+        raise ModelCardError(f"card_extra: unknown key(s) {unknown}; template fields: {list(FIELDS)}; metadata: {list(METADATA_KEYS)}")
+    info = pretrained.info
+    entries = normalize_eval_results(eval_results) if eval_results is not None else default_eval_results(info, pretrained.tokenizer.name)
+    name = extra.get("model_name") or name or info.get("name") or "dsf-lightning model"
+    repo_id = extra.get("repo_id") or info.get("repo_id") or name
+    values = _default_fields(pretrained, entries, files or {}, name, repo_id)
+    values.update({k: str(v) for k, v in extra.items() if k in FIELDS})
+    text = render_template(template if template is not None else TEMPLATE_PATH.read_text(encoding="utf-8"), values)
+    cfg = pretrained.model.config
+    tags = ["dsf-lightning", "recurrent-neural-network", "language-model", cfg.cell]
+    tags += [t for t in extra.get("tags", []) if t not in tags]
+    data = ModelCardData(
+        model_name=name,
+        library_name="dsf-lightning",
+        pipeline_tag=extra.get("pipeline_tag", "text-generation"),
+        tags=tags,
+        license=extra.get("license"),
+        language=extra.get("language"),
+        datasets=extra.get("datasets") or ([info["corpus"]] if info.get("corpus") else None),
+        base_model=extra.get("base_model"),
+        eval_results=[to_eval_result(e) for e in entries] or None,
+        library_version=__version__,
+    )
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")

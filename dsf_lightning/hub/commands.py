@@ -1,0 +1,189 @@
+"""``dsf export``, ``dsf push`` and ``dsf list models``: argparse parts the ``dsf`` CLI registers.
+
+Each ``add_*_parser(subparsers)`` adds one subcommand with ``set_defaults(handler=...)``; handlers
+return an exit code (0 ok, 1 failed) and report failures as ``error: ...`` on stderr, without a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from .card import ModelCardError
+from .format import STORAGE_DTYPES, PretrainedFormatError, export_checkpoint
+from .registry import ModelDownloadError, UnknownModelError, list_models
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from ..data.corpora import CorpusError
+
+    errors: list[type[BaseException]] = [
+        PretrainedFormatError, UnknownModelError, ModelDownloadError, ModelCardError, CorpusError, ValueError, OSError,
+    ]
+    try:
+        from huggingface_hub.errors import HfHubHTTPError
+
+        errors.insert(0, HfHubHTTPError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
+
+
+def _report(err: BaseException) -> int:
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    print(f"error: {lines[0]}", file=sys.stderr)
+    if not _is_http_error(err):  # the Hub's extra lines are request ids; a corpus' are the missing files
+        for line in lines[1:]:
+            print(f"  {line}", file=sys.stderr)
+    return 1
+
+
+def _is_http_error(err: BaseException) -> bool:
+    try:
+        from huggingface_hub.errors import HfHubHTTPError
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(err, HfHubHTTPError)
+
+
+def _guard(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except _errors() as err:
+            return _report(err)
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
+
+    handler.__name__ = run.__name__
+    handler.__doc__ = run.__doc__
+    return handler
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    """A JSON value given inline or as the path of a JSON file."""
+    if text is None:
+        return None
+    source = text
+    path = Path(text).expanduser()
+    if not text.lstrip().startswith(("[", "{")) and path.is_file():
+        source = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{what}: not JSON and not a JSON file ({err.msg})") from None
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+# ------------------------------------------------------------------------------------------ export
+@_guard
+def export_command(args: argparse.Namespace) -> int:
+    """Turn a Lightning checkpoint into a pretrained model folder."""
+    eval_results = _json_arg(args.eval_results, "--eval-results")
+    info = _json_arg(args.info, "--info")
+    if eval_results is not None and not isinstance(eval_results, list):
+        raise ValueError("--eval-results must be a JSON list of results")
+    if info is not None and not isinstance(info, dict):
+        raise ValueError("--info must be a JSON object")
+    card_extra = _json_arg(args.card_extra, "--card-extra")
+    folder = export_checkpoint(
+        args.checkpoint,
+        args.output,
+        corpus_name=args.corpus,
+        data_root=args.data_root,
+        corpus_options=dict(args.corpus_option or []),
+        dtype=args.dtype,
+        eval_results=eval_results,
+        info=info,
+        card_extra=card_extra,
+    )
+    total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights)")
+    return 0
+
+
+def add_export_parser(subparsers) -> argparse.ArgumentParser:
+    """``dsf export CHECKPOINT OUTPUT``."""
+    parser = subparsers.add_parser(
+        "export",
+        help="turn a training checkpoint into a pretrained model folder",
+        description="Read a LanguageModelModule checkpoint safely (weights_only) and write a pretrained folder "
+        "(config.json, model.safetensors, vocab.json, tokenizer.json, README.md) atomically.",
+    )
+    parser.add_argument("checkpoint", help="the Lightning .ckpt file")
+    parser.add_argument("output", help="the folder to write (replaced atomically if it is a model folder)")
+    parser.add_argument("--corpus", help="corpus name for the vocabulary (default: from the checkpoint or the CLI config.yaml beside it)")
+    parser.add_argument("--data-root", help="where the corpus files are (default: $DSF_DATA_ROOT)")
+    parser.add_argument("--corpus-option", action="append", type=_key_value, metavar="KEY=VALUE",
+                        help="a corpus option (value parsed as JSON when it is), repeatable; e.g. tokenizer=char")
+    parser.add_argument("--dtype", choices=sorted(STORAGE_DTYPES), default="float32", help="weight storage (float16 halves the size)")
+    parser.add_argument("--eval-results", metavar="JSON|FILE",
+                        help='model-index results, e.g. \'[{"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}]\'')
+    parser.add_argument("--info", metavar="JSON|FILE", help="extra info (metrics, recipe, training_time, hardware, comparison)")
+    parser.add_argument("--card-extra", metavar="JSON|FILE", help="model card field / metadata overrides (e.g. license)")
+    parser.set_defaults(handler=export_command)
+    return parser
+
+
+# ------------------------------------------------------------------------------------------ push
+@_guard
+def push_command(args: argparse.Namespace) -> int:
+    """Upload a pretrained folder to the Hub."""
+    from .publish import push_to_hub
+
+    commit = push_to_hub(
+        args.folder, args.repo_id, revision=args.revision, token=args.token, private=args.private, commit_message=args.message,
+    )
+    print(f"pushed {args.folder} to {args.repo_id}@{args.revision}: {commit} (commit {getattr(commit, 'oid', '?')})")
+    return 0
+
+
+def add_push_parser(subparsers) -> argparse.ArgumentParser:
+    """``dsf push FOLDER OWNER/NAME``."""
+    parser = subparsers.add_parser(
+        "push",
+        help="upload a pretrained model folder to the Hugging Face Hub",
+        description="Validate a pretrained folder (it must load) and upload it with huggingface_hub "
+        "(HF_ENDPOINT and HF_TOKEN apply).",
+    )
+    parser.add_argument("folder", help="a folder written by `dsf export` / save_pretrained")
+    parser.add_argument("repo_id", help="the Hub repo, owner/name (created if missing)")
+    parser.add_argument("--revision", default="main", help="branch to commit to (created if missing)")
+    parser.add_argument("--private", action="store_true", help="create the repo private")
+    parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the stored login)")
+    parser.add_argument("--message", default="Upload dsf-lightning model", help="commit message")
+    parser.set_defaults(handler=push_command)
+    return parser
+
+
+# ------------------------------------------------------------------------------------------ list models
+@_guard
+def list_models_command(args: argparse.Namespace) -> int:
+    """Print the published models: name, source, repo, revision."""
+    rows = [(m["name"], m["source"], m["repo_id"], m["revision"] or "main (not pinned)") for m in list_models()]
+    header = ("name", "source", "repo", "revision")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    for row in [header, *rows]:
+        print("  ".join(col.ljust(w) for col, w in zip(row[:3], widths)) + "  " + row[3])
+    return 0
+
+
+def add_list_models_parser(subparsers) -> argparse.ArgumentParser:
+    """``dsf list models`` (``subparsers`` is the ``list`` command's)."""
+    parser = subparsers.add_parser("models", help="the published pretrained models and where they come from")
+    parser.set_defaults(handler=list_models_command)
+    return parser

@@ -1,0 +1,622 @@
+"""The pretrained-model folder: write it atomically, read it strictly, make it from a Lightning checkpoint.
+
+A folder holds (Hugging Face convention)::
+
+    config.json         {"format": "dsf-lightning", "format_version": 1, "library_version": ...,
+                         "model": LMConfig.to_dict(), "info": {...},
+                         "weights": {"dtype": "float32" | "float16", "tied_weights": {...}},
+                         "files": {name: {"sha256": ..., "size": ...}}}   (checksums of the three below)
+    model.safetensors   the RecurrentLM state dict; every tensor stored once (tied / shared tensors are
+                        recorded in the metadata, never duplicated); float16 storage halves the
+                        parameters and loading casts them back to the model's float32
+    vocab.json          Vocabulary.to_json()
+    tokenizer.json      Tokenizer.to_json() (options and learned state, e.g. the subword dictionary)
+    README.md           the model card, with model-index evaluation results (not checksummed: cards
+                        are edited on the Hub)
+
+Loading is strict (unlike huggingface_hub's mixin, which keeps random weights for renamed keys): a
+missing or extra tensor, a shape that config.json does not imply, a checksum mismatch, a truncated or
+forged safetensors file, a pickle in disguise, a config that is not JSON or comes from a newer format,
+a missing file — each raises :class:`PretrainedFormatError` naming the file, what is wrong and what to
+do. Nothing is ever unpickled: JSON and safetensors only. Lightning checkpoints are read with
+``torch.load(weights_only=True)``, which only rebuilds tensors and plain containers.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..data.tokenizers import Tokenizer, TokenizerError, get_tokenizer, tokenizer_from_json
+from ..data.vocab import Vocabulary, VocabularyError
+from ..model import LMConfig, ModelConfigError, RecurrentLM
+from . import _atomic, _safetensors
+from .card import build_model_card, normalize_eval_results
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "dsf-lightning"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+VOCAB_FILE = "vocab.json"
+TOKENIZER_FILE = "tokenizer.json"
+CARD_FILE = "README.md"
+CHECKSUMMED = (WEIGHTS_FILE, VOCAB_FILE, TOKENIZER_FILE)
+STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+FLOAT16_MAX = 65504.0
+MAX_JSON_BYTES = 256 * 1024 * 1024
+TIED = {"decoder.weight": "embedding.weight"}  # what tie_weights means in a RecurrentLM
+REDO = "re-export it (save_pretrained / `dsf export`) or download it again"
+
+
+class PretrainedFormatError(ValueError):
+    """A pretrained folder (or checkpoint) cannot be loaded; the message names the file and the fix."""
+
+
+class CheckpointError(PretrainedFormatError):
+    """A Lightning checkpoint cannot be turned into a pretrained model."""
+
+
+@dataclass
+class Pretrained:
+    """A trained language model with everything needed to score text.
+
+    ``info`` is plain JSON about where the model comes from. Keys the model card uses when present:
+    ``corpus``, ``recipe``, ``metrics`` (e.g. ``{"valid_ppl": 97.2, "test_ppl": 93.1}`` or ``*_bpc``),
+    ``training_time``, ``hardware``, ``training`` (optimizer settings), ``comparison`` (lines),
+    ``description``, ``intended_use``, ``limitations``, ``name``, ``repo_id``.
+    """
+
+    model: RecurrentLM
+    vocab: Vocabulary
+    tokenizer: Tokenizer
+    info: dict = field(default_factory=dict)
+
+    @property
+    def config(self) -> LMConfig:
+        return self.model.config
+
+    def save_pretrained(self, folder, **kwargs) -> Path:
+        """Same as :func:`save_pretrained` (``self`` first)."""
+        return save_pretrained(self, folder, **kwargs)
+
+
+# =============================================================================================== saving
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def _plain_json(value: Any, what: str) -> Any:
+    """A deep copy of ``value`` through strict JSON (no NaN, no objects), or a ValueError naming it."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} must be plain JSON (dicts, lists, strings, finite numbers): {err}") from None
+
+
+def _shared_aliases(state: dict[str, torch.Tensor], parameters: set[str]) -> dict[str, str]:
+    """``{alias: canonical}`` for state-dict entries that are the very same tensor as another one
+    (the canonical name is a parameter's when one of them is a parameter)."""
+    seen: dict[tuple, str] = {}
+    aliases = {}
+    order = sorted(state, key=lambda name: name not in parameters)  # stable: parameters first
+    for name in order:
+        t = state[name]
+        if t.numel() == 0:
+            continue
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+    return aliases
+
+
+def weights_for_saving(model: RecurrentLM, dtype: str = "float32") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors and safetensors metadata :func:`save_pretrained` writes for ``model``.
+
+    Tensors that share memory are stored once (``aliases`` metadata); with ``dtype="float16"`` every
+    floating-point *parameter* is stored in half precision (buffers keep their dtype), refusing values
+    beyond float16's range rather than writing infinities.
+    """
+    if dtype not in STORAGE_DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(STORAGE_DTYPES)}, got {dtype!r}")
+    state = model.state_dict()
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    aliases = _shared_aliases(state, parameters)
+    tensors = {}
+    for name, t in state.items():
+        if name in aliases:
+            continue
+        t = t.detach().to("cpu")
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise ValueError(f"tensor {name!r} holds NaN or infinite values: refusing to save a broken model")
+        if dtype == "float16" and name in parameters and t.is_floating_point():
+            peak = float(t.abs().max()) if t.numel() else 0.0
+            if peak > FLOAT16_MAX:
+                raise ValueError(f"tensor {name!r} has values up to {peak:.4g}, beyond float16's {FLOAT16_MAX}: save with dtype='float32'")
+            t = t.to(torch.float16)
+        tensors[name] = t.contiguous()
+    metadata = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "dtype": dtype,
+        "aliases": json.dumps(aliases, sort_keys=True),
+        "tied_weights": json.dumps(TIED if model.config.tie_weights else {}, sort_keys=True),
+    }
+    return tensors, metadata
+
+
+def save_pretrained(
+    pretrained: Pretrained,
+    folder,
+    *,
+    dtype: str = "float32",
+    eval_results: list[dict] | None = None,
+    card_extra: dict | None = None,
+) -> Path:
+    """Write ``pretrained`` to ``folder`` (see the module docstring) atomically and return its path.
+
+    The folder is built as a hidden temporary sibling and swapped into place only when complete, so a
+    failure or a kill at any point leaves the previous folder (if any) untouched. An existing folder is
+    replaced only if it is empty or is itself a dsf-lightning pretrained folder.
+
+    ``dtype``: ``"float32"`` (bit-exact) or ``"float16"`` (half the size; loading casts back).
+    ``eval_results``: the card's model-index results, e.g.
+    ``[{"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}]`` (default: from
+    ``info["metrics"]``). ``card_extra``: card field / metadata overrides (see
+    :func:`~dsf_lightning.hub.card.build_model_card`).
+    """
+    if not isinstance(pretrained.model, RecurrentLM):
+        raise TypeError(f"pretrained.model must be a RecurrentLM, got {type(pretrained.model).__name__}")
+    info = _plain_json(pretrained.info if pretrained.info is not None else {}, "Pretrained.info")
+    if not isinstance(info, dict):
+        raise ValueError(f"Pretrained.info must be a dict, got {type(info).__name__}")
+    if len(pretrained.vocab) != pretrained.model.config.vocab_size:
+        raise ValueError(
+            f"the vocabulary has {len(pretrained.vocab):,} symbols but the model's vocab_size is "
+            f"{pretrained.model.config.vocab_size:,}: they do not belong together"
+        )
+    tensors, metadata = weights_for_saving(pretrained.model, dtype)
+    folder = Path(folder).expanduser()
+    # build the card before touching the disk, so bad eval_results / card_extra fail early
+    if eval_results is not None:
+        eval_results = normalize_eval_results(eval_results)
+    snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info)
+    build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)
+
+    def write(tmp: Path) -> None:
+        with open(tmp / WEIGHTS_FILE, "wb") as f:
+            f.write(_safetensors.serialize(tensors, metadata))
+        _write_text(tmp / VOCAB_FILE, pretrained.vocab.to_json())
+        _write_text(tmp / TOKENIZER_FILE, pretrained.tokenizer.to_json())
+        files = {name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size} for name in CHECKSUMMED}
+        config = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "library_version": __version__,
+            "torch_version": torch.__version__.split("+")[0],
+            "model": pretrained.model.config.to_dict(),
+            "info": info,
+            "weights": {"dtype": dtype, "tied_weights": json.loads(metadata["tied_weights"]), "aliases": json.loads(metadata["aliases"])},
+            "files": files,
+        }
+        _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *CHECKSUMMED)}
+        card = build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name)
+        _write_text(tmp / CARD_FILE, str(card))
+
+    path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
+    logger.info("saved %s (%s weights)", path, dtype)
+    return path
+
+
+def _is_pretrained_folder(folder: Path) -> bool:
+    """True when ``folder`` looks like a (possibly broken) dsf-lightning folder that may be replaced."""
+    try:
+        head = (folder / CONFIG_FILE).read_bytes()[:4096]
+    except OSError:
+        return False
+    return b'"dsf-lightning"' in head and b'"format"' in head
+
+
+# =============================================================================================== loading
+def _fail(path: Path, problem: str, fix: str = REDO) -> PretrainedFormatError:
+    return PretrainedFormatError(f"{path}: {problem}; {fix}")
+
+
+def _read_bytes(path: Path, limit: int | None = None) -> bytes:
+    if not path.is_file():
+        raise _fail(path, "missing file" if not path.exists() else "not a regular file",
+                    f"a dsf-lightning model folder holds {CONFIG_FILE}, {WEIGHTS_FILE}, {VOCAB_FILE} and {TOKENIZER_FILE}; {REDO}")
+    size = path.stat().st_size
+    if limit is not None and size > limit:
+        raise _fail(path, f"{size:,} bytes is far larger than such a file can be (limit {limit:,})")
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise _fail(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
+
+
+def _read_json(path: Path) -> Any:
+    data = _read_bytes(path, MAX_JSON_BYTES)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        if _safetensors._sniff_pickle(data):
+            raise _fail(path, "is a binary pickle / zip file, not JSON (refused: nothing was unpickled)") from None
+        if isinstance(err, json.JSONDecodeError):
+            raise _fail(path, f"is not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        raise _fail(path, f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def _read_config(folder: Path) -> dict:
+    path = folder / CONFIG_FILE
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
+    if config.get("format") != FORMAT:
+        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
+                    "load it with the library that wrote it")
+    version = config.get("format_version")
+    if type(version) is not int:
+        raise _fail(path, f"format_version must be an integer, got {version!r}")
+    if version != FORMAT_VERSION:
+        written = config.get("library_version", "an unknown version")
+        if version > FORMAT_VERSION:
+            raise _fail(path, f"format_version {version} is newer than this dsf-lightning {__version__} reads "
+                        f"(version {FORMAT_VERSION}); it was written by dsf-lightning {written}",
+                        "upgrade: pip install -U dsf-lightning")
+        raise _fail(path, f"format_version {version} is no longer supported (this library reads {FORMAT_VERSION})",
+                    f"load it with dsf-lightning {written} and save it again with this version")
+    for key, kind in (("model", dict), ("info", dict), ("weights", dict), ("files", dict)):
+        if not isinstance(config.get(key), kind):
+            raise _fail(path, f"{key!r} is missing or not a JSON object")
+    try:
+        config["model_config"] = LMConfig.from_dict(config["model"])
+    except (ModelConfigError, TypeError, ValueError) as err:
+        raise _fail(path, f"the model configuration is invalid: {err}") from None
+    dtype = config["weights"].get("dtype")
+    if dtype not in STORAGE_DTYPES:
+        raise _fail(path, f"weights.dtype is {dtype!r}, not one of {sorted(STORAGE_DTYPES)}")
+    for name in CHECKSUMMED:
+        record = config["files"].get(name)
+        if not (isinstance(record, dict) and isinstance(record.get("sha256"), str) and type(record.get("size")) is int):
+            raise _fail(path, f"files[{name!r}] must record the file's sha256 and size")
+    return config
+
+
+def _checked_bytes(folder: Path, name: str, config: dict, limit: int | None = None) -> bytes:
+    path = folder / name
+    data = _read_bytes(path, limit)
+    record = config["files"][name]
+    if len(data) != record["size"]:
+        hint = " (truncated: an interrupted download or copy?)" if len(data) < record["size"] else ""
+        raise _fail(path, f"has {len(data):,} bytes but {CONFIG_FILE} records {record['size']:,}{hint}")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != record["sha256"]:
+        raise _fail(path, f"sha256 {digest[:16]}... does not match {CONFIG_FILE}'s {record['sha256'][:16]}...: "
+                    "the file is corrupted or was replaced")
+    return data
+
+
+def _expected_state(config: LMConfig) -> tuple[RecurrentLM, dict[str, torch.Tensor]]:
+    try:
+        model = RecurrentLM(config)
+    except (ModelConfigError, ValueError, TypeError) as err:
+        raise PretrainedFormatError(f"{CONFIG_FILE}: this model configuration cannot be built: {err}") from None
+    return model, model.state_dict()
+
+
+def _describe(config: LMConfig) -> str:
+    return (f"cell={config.cell!r}, hidden_sizes={config.hidden_sizes}, embedding_size={config.embedding_size}, "
+            f"vocab_size={config.vocab_size}, tie_weights={config.tie_weights}")
+
+
+def match_state(
+    tensors: dict[str, torch.Tensor],
+    aliases: dict[str, str],
+    expected: dict[str, torch.Tensor],
+    config: LMConfig,
+    source: str,
+    *,
+    described_by: str = CONFIG_FILE,
+    error: type[PretrainedFormatError] = PretrainedFormatError,
+    fix: str = REDO,
+) -> dict[str, torch.Tensor]:
+    """Check ``tensors`` (+ ``aliases``) against the state dict of the model ``config`` describes and
+    return the state dict to load (floating tensors cast to the model's dtypes). Raises ``error``
+    naming ``source`` for a missing, extra, misshapen, wrongly typed or non-finite tensor."""
+    bad_alias = {a: t for a, t in aliases.items() if t not in tensors}
+    if bad_alias:
+        raise error(f"{source}: aliases {bad_alias} point at tensors the file does not hold; {fix}")
+    available = {**tensors, **{a: tensors[t] for a, t in aliases.items()}}
+    missing = [k for k in expected if k not in available]
+    extra = [k for k in available if k not in expected]
+    problems = []
+    if missing:
+        problems.append(f"missing tensor(s) {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+    if extra:
+        problems.append(f"unexpected tensor(s) {extra[:10]}{' ...' if len(extra) > 10 else ''}")
+    if problems:
+        raise error(
+            f"{source}: {' and '.join(problems)} for the model {described_by} describes ({_describe(config)}); "
+            f"the weights and {described_by} do not belong together; {fix}"
+        )
+    state = {}
+    for name, want in expected.items():
+        got = available[name]
+        if tuple(got.shape) != tuple(want.shape):
+            raise error(
+                f"{source}: tensor {name!r} has shape {list(got.shape)} but {described_by} ({_describe(config)}) "
+                f"implies {list(want.shape)}; the weights and {described_by} do not belong together; {fix}"
+            )
+        if want.is_floating_point():
+            if not got.is_floating_point():
+                raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected a floating type; {fix}")
+            if not torch.isfinite(got).all():
+                raise error(f"{source}: tensor {name!r} holds NaN or infinite values: the weights are corrupted; {fix}")
+            got = got.to(want.dtype)
+        elif got.dtype != want.dtype:
+            raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected {want.dtype}; {fix}")
+        state[name] = got
+    return state
+
+
+def _json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:
+    try:
+        value = json.loads(meta.get(key, "{}"))
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names")
+    return value
+
+
+def load_pretrained(folder) -> Pretrained:
+    """Read a folder written by :func:`save_pretrained` strictly (see the module docstring).
+
+    Returns the model in eval mode, float32, on the CPU. Raises :class:`PretrainedFormatError`.
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        leftovers = [p for p in _atomic.interrupted_leftovers(folder) if p.name.startswith(f".{folder.name}.old-")]
+        hint = (f"an interrupted save left the previous version at {leftovers[0]}; rename it to {folder.name}"
+                if leftovers else "give the folder that holds config.json and model.safetensors")
+        raise PretrainedFormatError(f"{folder}: {'no such folder' if not folder.exists() else 'not a folder'}; {hint}")
+    config = _read_config(folder)
+    lm_config: LMConfig = config["model_config"]
+
+    vocab_path, tok_path, weights_path = folder / VOCAB_FILE, folder / TOKENIZER_FILE, folder / WEIGHTS_FILE
+    try:
+        vocab = Vocabulary.from_json(_checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES).decode("utf-8"))
+    except (VocabularyError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise _fail(vocab_path, f"is not a valid vocabulary ({err})") from None
+    try:
+        tokenizer = tokenizer_from_json(_checked_bytes(folder, TOKENIZER_FILE, config, MAX_JSON_BYTES).decode("utf-8"))
+    except (TokenizerError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise _fail(tok_path, f"is not a valid tokenizer ({err})") from None
+    if len(vocab) != lm_config.vocab_size:
+        raise _fail(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
+    if tokenizer.eos != vocab.eos:
+        raise _fail(tok_path, f"ends lines with {tokenizer.eos!r} but the vocabulary's end symbol is {vocab.eos!r}")
+
+    data = _checked_bytes(folder, WEIGHTS_FILE, config)
+    try:
+        tensors, meta = _safetensors.parse(data)
+    except _safetensors.SafetensorsFormatError as err:
+        raise _fail(weights_path, f"is not a valid safetensors file: {err}") from None
+    if meta.get("format") != FORMAT:
+        raise _fail(weights_path, f"metadata format is {meta.get('format')!r}, not {FORMAT!r}: not written by save_pretrained")
+    if meta.get("dtype") != config["weights"]["dtype"]:
+        raise _fail(weights_path, f"metadata dtype {meta.get('dtype')!r} differs from {CONFIG_FILE}'s {config['weights']['dtype']!r}")
+    tied = _json_metadata(meta, "tied_weights", weights_path)
+    if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
+        raise _fail(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
+    aliases = _json_metadata(meta, "aliases", weights_path)
+    model, expected = _expected_state(lm_config)
+    state = match_state(tensors, aliases, expected, lm_config, str(weights_path))
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    info = config["info"]
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info)
+
+
+# =============================================================================================== checkpoints
+def _load_checkpoint(path: Path) -> dict:
+    """``torch.load(weights_only=True)``: tensors, numbers, strings and plain containers only."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
+        what = found.group(0).strip() if found else str(err).splitlines()[0]
+        raise CheckpointError(
+            f"{path}: holds Python objects that safe (weights_only) loading refuses ({what}); dsf-lightning never "
+            "unpickles arbitrary objects. If you trust the file and the type is harmless, allow it with "
+            "torch.serialization.add_safe_globals([...]) and retry"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable PyTorch Lightning checkpoint ({first}); is the file complete?") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
+        keys = sorted(ckpt)[:10] if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointError(
+            f"{path}: not a LanguageModelModule checkpoint (needs 'state_dict' and 'hyper_parameters', found {keys})"
+        )
+    return ckpt
+
+
+def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
+    if not isinstance(hparams, dict):
+        raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
+    fields = {f.name for f in dataclasses.fields(LMConfig)}
+    values = {k: v for k, v in hparams.items() if k in fields}
+    if "vocab_size" not in values:
+        raise CheckpointError(f"{path}: hyper_parameters has no vocab_size: not a LanguageModelModule checkpoint")
+    if values.get("cell_options") is None:
+        values["cell_options"] = {}
+    values["cell_options"] = dict(values["cell_options"])
+    if isinstance(values.get("hidden_sizes"), int):
+        values["hidden_sizes"] = [values["hidden_sizes"]]
+    try:
+        return LMConfig(**values)
+    except (ModelConfigError, TypeError) as err:
+        raise CheckpointError(f"{path}: hyper_parameters do not make a valid model: {err}") from None
+
+
+def _cli_data_config(path: Path) -> dict:
+    """The ``data`` section of a LightningCLI ``config.yaml`` beside the checkpoint (or one/two levels up)."""
+    import yaml
+
+    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
+        candidate = folder / "config.yaml"
+        if candidate.is_file():
+            try:
+                data = yaml.safe_load(candidate.read_text(encoding="utf-8")) or {}
+            except (yaml.YAMLError, OSError, UnicodeDecodeError) as err:
+                logger.warning("ignoring %s: %s", candidate, err)
+                continue
+            section = data.get("data") if isinstance(data, dict) else None
+            if isinstance(section, dict):
+                section = section.get("init_args", section)
+                if isinstance(section, dict) and section.get("corpus"):
+                    logger.info("corpus settings from %s", candidate)
+                    return dict(section, _source=str(candidate))
+    return {}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Tokenizer):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return str(value)
+
+
+def pretrained_from_checkpoint(
+    ckpt_path,
+    corpus=None,
+    *,
+    data_root=None,
+    corpus_options: dict | None = None,
+    info: dict | None = None,
+) -> Pretrained:
+    """A :class:`Pretrained` from a ``LanguageModelModule`` checkpoint.
+
+    The checkpoint is read with ``torch.load(weights_only=True)`` (never a full unpickle). The model
+    config comes from ``hyper_parameters``, the weights from the ``state_dict`` keys under ``model.``
+    (checked strictly). The vocabulary and tokenizer come from ``corpus``: a loaded ``Corpus``, or a
+    corpus name; when ``None`` the name (and data root / options) is taken from the checkpoint's
+    ``datamodule_hyper_parameters`` or from a LightningCLI ``config.yaml`` beside it. ``info`` is
+    merged over what is recorded automatically (corpus, checkpoint epoch/step, training settings).
+    """
+    path = Path(ckpt_path).expanduser()
+    ckpt = _load_checkpoint(path)
+    config = _config_from_hparams(ckpt["hyper_parameters"], path)
+    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    if not state:
+        raise CheckpointError(f"{path}: state_dict has no 'model.' entries: not a LanguageModelModule checkpoint")
+    model, expected = _expected_state(config)
+    checked = match_state(
+        state, {}, expected, config, f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
+        fix="was the checkpoint written by LanguageModelModule with these settings?",
+    )
+    model.load_state_dict(checked, strict=True)
+    model.eval()
+
+    settings = {}
+    dm = ckpt.get("datamodule_hyper_parameters")
+    if isinstance(dm, dict) and dm.get("corpus"):
+        settings = dict(dm, _source=f"{path.name} datamodule_hyper_parameters")
+    elif corpus is None:
+        settings = _cli_data_config(path)
+    if corpus is None:
+        corpus = settings.get("corpus")
+    if corpus is None:
+        raise CheckpointError(
+            f"{path}: cannot tell which corpus the model was trained on (no datamodule_hyper_parameters in the "
+            "checkpoint and no LightningCLI config.yaml beside it); pass the corpus name "
+            "(corpus_name=... / `dsf export --corpus NAME`)"
+        )
+    if isinstance(corpus, str):
+        from ..data.corpora import load_corpus
+
+        options = dict(settings.get("corpus_options") or {}) if settings.get("corpus") == corpus else {}
+        options.update(corpus_options or {})
+        root = data_root if data_root is not None else (settings.get("data_root") if settings.get("corpus") == corpus else None)
+        corpus_obj = load_corpus(corpus, data_root=root, **options)
+    else:
+        corpus_obj, options = corpus, dict(corpus_options or {})
+        if not hasattr(corpus_obj, "vocab"):
+            raise TypeError(f"corpus must be a corpus name or a loaded Corpus, got {type(corpus).__name__}")
+    vocab = corpus_obj.vocab
+    if not isinstance(vocab, Vocabulary):
+        raise CheckpointError(f"corpus {getattr(corpus_obj, 'name', corpus)!r} has no Vocabulary object (got {type(vocab).__name__})")
+    if len(vocab) != config.vocab_size:
+        raise CheckpointError(
+            f"{path}: the model has vocab_size={config.vocab_size:,} but corpus {corpus_obj.name!r} "
+            f"(options {options}) gives {len(vocab):,} symbols: wrong corpus or corpus options"
+        )
+    tokenizer = getattr(corpus_obj, "tokenizer", None) or get_tokenizer(corpus_obj.tokenizer_name)
+    fields = {f.name for f in dataclasses.fields(LMConfig)}
+    training = {k: v for k, v in ckpt["hyper_parameters"].items() if k not in fields and not k.startswith("_")}
+    recorded = {
+        "corpus": corpus_obj.name,
+        "corpus_options": _jsonable({k: v for k, v in options.items() if k != "path"}),
+        "tokenizer": tokenizer.name,
+        "checkpoint": {
+            "file": path.name,
+            "epoch": ckpt.get("epoch"),
+            "global_step": ckpt.get("global_step"),
+            "lightning_version": ckpt.get("pytorch-lightning_version"),
+        },
+        "training": _jsonable(training),
+    }
+    recorded.update(copy.deepcopy(info or {}))
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"))
+
+
+def export_checkpoint(
+    ckpt_path,
+    folder,
+    *,
+    corpus_name: str | None = None,
+    data_root=None,
+    corpus_options: dict | None = None,
+    dtype: str = "float32",
+    eval_results: list[dict] | None = None,
+    info: dict | None = None,
+    card_extra: dict | None = None,
+) -> Path:
+    """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder."""
+    pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options, info=info)
+    return save_pretrained(pretrained, folder, dtype=dtype, eval_results=eval_results, card_extra=card_extra)

@@ -1,0 +1,61 @@
+"""Publish a pretrained folder to the Hugging Face Hub (or any server speaking its protocol).
+
+The folder is loaded with :func:`~dsf_lightning.hub.format.load_pretrained` first, so a broken folder is
+never published; then ``HfApi.create_repo(exist_ok=True)``, ``create_branch`` for a revision other
+than ``main``, and ``upload_folder`` of exactly the folder's model files (stray files such as editor
+backups or hidden temporary folders are not uploaded). ``HF_ENDPOINT`` / ``HF_TOKEN`` apply as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .format import CARD_FILE, CHECKSUMMED, CONFIG_FILE, load_pretrained
+
+logger = logging.getLogger(__name__)
+
+UPLOADED = (CONFIG_FILE, *CHECKSUMMED, CARD_FILE)
+
+
+def push_to_hub(
+    folder,
+    repo_id: str,
+    *,
+    revision: str = "main",
+    token: str | None = None,
+    private: bool = False,
+    commit_message: str = "Upload dsf-lightning model",
+    endpoint: str | None = None,
+) -> str:
+    """Validate ``folder`` and upload it to ``repo_id`` at branch ``revision``.
+
+    Returns the commit URL (a ``huggingface_hub.CommitInfo``, a ``str`` whose ``.oid`` is the commit
+    sha: pin that sha as the published revision). Raises
+    :class:`~dsf_lightning.hub.format.PretrainedFormatError` for a folder that does not load, and
+    huggingface_hub's HTTP errors for the Hub's refusals.
+    """
+    from huggingface_hub import HfApi
+
+    folder = Path(folder).expanduser()
+    pretrained = load_pretrained(folder)  # raises PretrainedFormatError: never publish a broken folder
+    if "/" not in repo_id:
+        raise ValueError(f"repo_id must be 'owner/name', got {repo_id!r}")
+    api = HfApi(endpoint=endpoint, token=token, library_name="dsf-lightning")
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    if revision != "main":
+        api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
+    present = [name for name in UPLOADED if (folder / name).is_file()]
+    commit = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        repo_type="model",
+        revision=revision,
+        commit_message=commit_message,
+        allow_patterns=present,
+    )
+    logger.info(
+        "pushed %s (%s, %d parameters) to %s@%s: %s",
+        folder, pretrained.config.cell, sum(p.numel() for p in pretrained.model.parameters()), repo_id, revision, commit,
+    )
+    return commit

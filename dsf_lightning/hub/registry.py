@@ -1,0 +1,169 @@
+"""Published model names and where a name, path or repo id is found (:func:`resolve`).
+
+Order of :func:`resolve`:
+
+1. an existing local folder;
+2. a short published name (:data:`PUBLISHED`): the copy bundled in the package
+   (``dsf_lightning/pretrained/<bundled>/``) if it is there, else its Hub repo at the pinned revision
+   (also when another ``revision`` is asked for explicitly);
+3. a Hub repo id ``owner/name``: ``huggingface_hub.snapshot_download`` (honours ``HF_ENDPOINT``,
+   ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE``: offline, a cached snapshot is used).
+
+A short name that is neither published nor a folder raises :class:`UnknownModelError` listing the
+known names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+BUNDLED_ROOT = Path(__file__).resolve().parent.parent / "pretrained"
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class UnknownModelError(KeyError):
+    """A short model name that is not published (the message lists the known names)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ModelDownloadError(OSError):
+    """A model could not be fetched from the Hub (offline and not cached, repo or revision missing...)."""
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """A released model: its Hub repo, the pinned revision (a commit sha once published; ``None`` means
+    the ``main`` branch until then) and the folder name of the copy bundled in the package."""
+
+    repo_id: str
+    revision: str | None = None
+    bundled: str | None = None
+    description: str = ""
+
+    @property
+    def bundled_path(self) -> Path | None:
+        return BUNDLED_ROOT / self.bundled if self.bundled else None
+
+    @property
+    def is_bundled(self) -> bool:
+        path = self.bundled_path
+        return path is not None and (path / "config.json").is_file()
+
+
+PUBLISHED: dict[str, PublishedModel] = {
+    "delta-rnn-ptb": PublishedModel(
+        repo_id="dsf-lightning/delta-rnn-ptb",
+        revision=None,  # pinned to the commit sha when published
+        bundled="delta-rnn-ptb",
+        description="word-level Delta-RNN on the Penn Treebank (10k words); scores perplexity",
+    ),
+    "delta-rnn-ptb-char": PublishedModel(
+        repo_id="dsf-lightning/delta-rnn-ptb-char",
+        revision=None,  # pinned to the commit sha when published
+        bundled="delta-rnn-ptb-char",
+        description="character-level Delta-RNN on the Penn Treebank characters; scores bits per character",
+    ),
+}
+
+
+def _unknown(name: str) -> UnknownModelError:
+    known = sorted(PUBLISHED)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return UnknownModelError(
+        f"unknown model {name!r}: not a local folder, not a published name and not a Hub repo id (owner/name).{hint} "
+        f"Published models: {', '.join(known)} (see `dsf list models`)"
+    )
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.startswith(("/", "./", "../", "~", "\\")) or text.endswith(("/", "\\")) or text.count("/") > 1 or "\\" in text
+
+
+def download(repo_id: str, revision: str | None = None) -> Path:
+    """``snapshot_download`` of a model repo, with errors turned into :class:`ModelDownloadError`."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{repo_id}@{revision or 'main'} from {constants.ENDPOINT}"
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, repo_type="model"))
+    except RevisionNotFoundError:
+        raise ModelDownloadError(f"cannot download {where}: the repo has no revision {revision!r}") from None
+    except RepositoryNotFoundError:
+        raise ModelDownloadError(
+            f"cannot download {where}: no such repo (or it is private: log in with `hf auth login` / set HF_TOKEN)"
+        ) from None
+    except IncompleteSnapshotError:
+        raise ModelDownloadError(
+            f"cannot download {where}: the cached copy is incomplete and the Hub cannot be reached; go online to complete it"
+        ) from None
+    except LocalEntryNotFoundError:
+        why = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub cannot be reached")
+        raise ModelDownloadError(
+            f"cannot download {where}: {why} and it is not in the cache {constants.HF_HUB_CACHE}; "
+            "go online (unset HF_HUB_OFFLINE), point HF_ENDPOINT at a mirror, or pass a local folder"
+        ) from None
+    except (EntryNotFoundError, HfHubHTTPError, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelDownloadError(f"cannot download {where}: {first}") from None
+
+
+def resolve(name_or_path, revision: str | None = None) -> Path:
+    """The local folder holding the model ``name_or_path`` (see the module docstring for the order)."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    if text in PUBLISHED:
+        published = PUBLISHED[text]
+        if revision is None or revision == published.revision:
+            if published.is_bundled:
+                return published.bundled_path
+            revision = published.revision
+            if revision is None:
+                logger.warning("%s is not pinned to a revision yet: downloading the main branch of %s", text, published.repo_id)
+        return download(published.repo_id, revision)
+    if _looks_like_path(text) or isinstance(name_or_path, Path):
+        raise FileNotFoundError(f"{text}: no such model folder")
+    if "/" not in text:
+        raise _unknown(text)
+    if not REPO_ID.match(text):
+        raise UnknownModelError(f"{text!r} is not a local folder and not a valid Hub repo id (owner/name)")
+    return download(text, revision)
+
+
+def list_models() -> list[dict]:
+    """The published models: name, repo_id, revision, source ("bundled (path)" or "hub"), description."""
+    rows = []
+    for name, published in sorted(PUBLISHED.items()):
+        rows.append({
+            "name": name,
+            "repo_id": published.repo_id,
+            "revision": published.revision,
+            "source": f"bundled ({published.bundled_path})" if published.is_bundled else "hub",
+            "description": published.description,
+        })
+    return rows
+
+
+def load(name_or_path, *, revision: str | None = None):
+    """:func:`resolve` then :func:`~dsf_lightning.hub.format.load_pretrained`."""
+    from .format import load_pretrained
+
+    return load_pretrained(resolve(name_or_path, revision))

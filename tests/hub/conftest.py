@@ -1,0 +1,123 @@
+"""Tiny models, folders and helpers shared by the hub tests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from dsf_lightning.data.tokenizers import get_tokenizer
+from dsf_lightning.data.vocab import Vocabulary
+from dsf_lightning.hub import Pretrained, save_pretrained
+from dsf_lightning.model import LMConfig, RecurrentLM
+
+V = 13
+
+
+def tiny_pretrained(cell: str = "delta-rnn", *, tie: bool = True, tokenizer: str = "word", seed: int = 0, **config) -> Pretrained:
+    """A randomly initialised tiny model (weights perturbed so every tensor matters)."""
+    torch.manual_seed(seed)
+    options = dict(vocab_size=V, cell=cell, hidden_sizes=[8], embedding_size=8, tie_weights=tie)
+    options.update(config)
+    model = RecurrentLM(LMConfig(**options))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.eval()
+    symbols = ["<eos>"] + [f"w{i}" for i in range(V - 1)] if tokenizer != "char" else ["<eos>", "_"] + [chr(97 + i) for i in range(V - 2)]
+    vocab = Vocabulary(symbols, eos="<eos>")
+    info = {"corpus": "toy", "metrics": {"valid_ppl": 6.5, "test_ppl": 6.25, "valid_bpc": 1.5, "test_bpc": 1.45}}
+    return Pretrained(model=model, vocab=vocab, tokenizer=get_tokenizer(tokenizer), info=info)
+
+
+def logits_of(model: RecurrentLM, tokens: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model(tokens)[0]
+
+
+@pytest.fixture
+def tokens() -> torch.Tensor:
+    return torch.randint(0, V, (3, 11), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture
+def pretrained() -> Pretrained:
+    return tiny_pretrained()
+
+
+@pytest.fixture
+def folder(tmp_path, pretrained) -> Path:
+    return save_pretrained(pretrained, tmp_path / "tiny")
+
+
+def rehash(folder: Path) -> None:
+    """Make config.json's checksums agree with the files again (a forger would do the same), so a
+    test reaches the structural checks behind the checksum."""
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    for name in config["files"]:
+        data = (folder / name).read_bytes()
+        config["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    path.write_text(json.dumps(config))
+
+
+def edit_config(folder: Path, change) -> None:
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    change(config)
+    path.write_text(json.dumps(config))
+
+
+class Boom:
+    """A pickle payload: unpickling it creates ``marker`` (proof that something was unpickled)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def boom_bytes(marker: Path) -> bytes:
+    return pickle.dumps({"state_dict": Boom(marker)})
+
+
+def write_text_corpus(root: Path, seed: int = 0) -> Path:
+    """A tiny word-level text-folder corpus (train/valid/test.txt) with some structure to learn."""
+    rng = random.Random(seed)
+    words = "the cat sat on a mat and the dog ran far away from home".split()
+    root.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", 200), ("valid", 30), ("test", 30)):
+        lines = []
+        for _ in range(n):
+            start = rng.randrange(len(words))
+            lines.append(" ".join(words[(start + i) % len(words)] for i in range(rng.randint(3, 9))))
+        (root / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def client_env(tmp_path: Path, endpoint: str | None, offline: bool) -> dict:
+    """Environment for a subprocess running the real huggingface_hub client (it reads these at import)."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("HF_", "HUGGINGFACE_", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"))}
+    env.update(
+        HF_HOME=str(tmp_path / "hf_home"),
+        HF_HUB_CACHE=str(tmp_path / "hf_cache"),
+        HF_HUB_OFFLINE="1" if offline else "0",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
+        HF_HUB_ETAG_TIMEOUT="5",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+        OMP_NUM_THREADS="1",
+    )
+    if endpoint:
+        env["HF_ENDPOINT"] = endpoint
+    return env

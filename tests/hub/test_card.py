@@ -1,0 +1,100 @@
+"""Model cards: model-index results that huggingface_hub reads back, the template, overrides."""
+
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard
+
+from dsf_lightning.hub import ModelCardError, save_pretrained
+from dsf_lightning.hub.card import FIELDS, PLACEHOLDER, TEMPLATE_PATH, render_template
+
+from .conftest import tiny_pretrained
+
+REPO_TEMPLATE = Path(__file__).parents[2] / "model_cards" / "template.md"
+
+
+def _results(card_path):
+    return [
+        {"metric": r.metric_type, "value": r.metric_value, "dataset": r.dataset_type, "split": r.dataset_split, "task": r.task_type}
+        for r in ModelCard.load(card_path).data.eval_results
+    ]
+
+
+def test_the_packaged_template_is_the_repository_template():
+    # model_cards/template.md is a symlink to the copy the package ships: one text, two doors
+    assert REPO_TEMPLATE.resolve() == TEMPLATE_PATH.resolve()
+    used = set(PLACEHOLDER.findall(REPO_TEMPLATE.read_text()))
+    assert used <= set(FIELDS) and set(FIELDS) - used == {"repo_id"}  # repo_id goes into how_to_score
+
+
+def test_eval_results_parse_back_from_the_card(tmp_path):
+    given = [
+        {"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"},
+        {"metric": "perplexity", "value": 97.25, "dataset": "ptb", "split": "valid", "dataset_name": "Penn Treebank"},
+    ]
+    folder = save_pretrained(tiny_pretrained(), tmp_path / "m", eval_results=given)
+    assert _results(folder / "README.md") == [
+        {"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test", "task": "text-generation"},
+        {"metric": "perplexity", "value": 97.25, "dataset": "ptb", "split": "validation", "task": "text-generation"},
+    ]
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.eval_results[1].dataset_name == "Penn Treebank"
+    assert card.data.library_name == "dsf-lightning" and "delta-rnn" in card.data.tags
+    assert card.data.model_name == "m"
+    text = card.text
+    assert "| ptb | test | perplexity | 93.1 |" in text and "{{" not in text and "<!--" not in text
+    assert "Ororbia" in text  # the Delta-RNN paper
+
+
+def test_default_results_come_from_info_metrics_ppl_for_words_bpc_for_characters(tmp_path):
+    words = save_pretrained(tiny_pretrained(), tmp_path / "words")
+    chars = save_pretrained(tiny_pretrained(tokenizer="char"), tmp_path / "chars")
+    assert {(r["metric"], r["split"], r["value"]) for r in _results(words / "README.md")} == {
+        ("perplexity", "validation", 6.5), ("perplexity", "test", 6.25),
+    }
+    assert {(r["metric"], r["split"], r["value"]) for r in _results(chars / "README.md")} == {
+        ("bpc", "validation", 1.5), ("bpc", "test", 1.45),
+    }
+    assert "bits per character" in (chars / "README.md").read_text()
+
+
+def test_accuracy_results(tmp_path):
+    folder = save_pretrained(tiny_pretrained(), tmp_path / "m", eval_results=[{"metric": "accuracy", "value": 0.9, "dataset": "imdb"}])
+    assert _results(folder / "README.md") == [
+        {"metric": "accuracy", "value": 0.9, "dataset": "imdb", "split": "test", "task": "text-classification"}
+    ]
+
+
+def test_card_extra_overrides_fields_and_metadata(tmp_path):
+    folder = save_pretrained(
+        tiny_pretrained(), tmp_path / "m",
+        card_extra={"description": "Our **best** model.", "comparison": "- pytorch/examples LSTM: 99.1", "license": "apache-2.0",
+                    "repo_id": "owner/m", "tags": ["ptb"]},
+    )
+    card = ModelCard.load(folder / "README.md")
+    assert "Our **best** model." in card.text and "pytorch/examples LSTM: 99.1" in card.text
+    assert 'load("owner/m")' in card.text
+    assert card.data.license == "apache-2.0" and "ptb" in card.data.tags
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"metric": "perplexity", "value": float("nan"), "dataset": "ptb"}, "finite"),
+        ({"metric": "bleu", "value": 1.0, "dataset": "ptb"}, "unknown metric"),
+        ({"metric": "perplexity", "value": 1.0}, "needs"),
+        ({"metric": "perplexity", "value": 1.0, "dataset": "ptb", "colour": "red"}, "unknown key"),
+    ],
+)
+def test_bad_eval_results_fail_before_anything_is_written(tmp_path, bad, match):
+    with pytest.raises(ModelCardError, match=match):
+        save_pretrained(tiny_pretrained(), tmp_path / "m", eval_results=[bad])
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_card_extra_and_template_placeholders_are_errors(tmp_path):
+    with pytest.raises(ModelCardError, match="unknown key.*'colour'"):
+        save_pretrained(tiny_pretrained(), tmp_path / "m", card_extra={"colour": "red"})
+    with pytest.raises(ModelCardError, match="placeholder.*'mystery'"):
+        render_template("# {{ model_name }} {{ mystery }}", {"model_name": "x"})
+    assert render_template("<!-- notes -->\n# {{model_name}}", {"model_name": "x"}) == "# x"
