@@ -1,7 +1,47 @@
-"""dsf-lightning: the Differential State Framework family of recurrent language models for Lightning."""
+"""dsf-lightning: the Differential State Framework family of recurrent language models for Lightning.
+
+>>> import dsf_lightning as dsf
+>>> scorer = dsf.from_pretrained("delta-rnn-ptb")          # the bundled model, offline
+>>> scorer.score("the company said it expects higher earnings").ppl
+
+Public API: :func:`from_pretrained` / :class:`Scorer` (scoring text), :func:`list_models` (published
+models), the cell registry (:func:`list_cells`, :func:`get_cell`, :func:`register_cell`), the model
+(:class:`LMConfig`, :class:`RecurrentLM`), training (:class:`LanguageModelModule`,
+:class:`LanguageModelDataModule`) and corpora (:func:`load_corpus`, :func:`list_corpora`). The heavy
+parts (Lightning, the hub client) are imported on first use.
+"""
+
+from importlib import import_module
 
 from .cells import get_cell, list_cells, register_cell
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "get_cell", "list_cells", "register_cell"]
+_LAZY = {
+    "from_pretrained": "dsf_lightning.scoring",
+    "Scorer": "dsf_lightning.scoring",
+    "ScoringError": "dsf_lightning.scoring",
+    "list_models": "dsf_lightning.hub.registry",
+    "save_pretrained": "dsf_lightning.hub.format",
+    "load_pretrained": "dsf_lightning.hub.format",
+    "LMConfig": "dsf_lightning.model",
+    "RecurrentLM": "dsf_lightning.model",
+    "LanguageModelModule": "dsf_lightning.training",
+    "LanguageModelDataModule": "dsf_lightning.data.datamodule",
+    "load_corpus": "dsf_lightning.data.corpora",
+    "list_corpora": "dsf_lightning.data.corpora",
+}
+
+__all__ = ["__version__", "get_cell", "list_cells", "register_cell", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dsf_lightning' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)
