@@ -110,6 +110,7 @@ def export_command(args: argparse.Namespace) -> int:
         eval_results=eval_results,
         info=info,
         card_extra=card_extra,
+        evaluate=tuple(s for s in (args.evaluate or "").split(",") if s),
     )
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights)")
@@ -133,6 +134,9 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=sorted(STORAGE_DTYPES), default="float32", help="weight storage (float16 halves the size)")
     parser.add_argument("--eval-results", metavar="JSON|FILE",
                         help='model-index results, e.g. \'[{"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}]\'')
+    parser.add_argument("--evaluate", metavar="SPLITS",
+                        help="score these splits' files (comma-separated, e.g. valid,test) with the stored weights "
+                        "and put the numbers in the card")
     parser.add_argument("--info", metavar="JSON|FILE", help="extra info (metrics, recipe, training_time, hardware, comparison)")
     parser.add_argument("--card-extra", metavar="JSON|FILE", help="model card field / metadata overrides (e.g. license)")
     parser.set_defaults(handler=export_command)

@@ -35,7 +35,7 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -616,7 +616,23 @@ def export_checkpoint(
     eval_results: list[dict] | None = None,
     info: dict | None = None,
     card_extra: dict | None = None,
+    evaluate: Sequence[str] = (),
 ) -> Path:
-    """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder."""
+    """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder.
+
+    ``evaluate`` (e.g. ``("valid", "test")``) scores those splits' files with the weights exactly as
+    stored (rounded to ``dtype`` first) and puts the numbers in the card and ``info["metrics"]``.
+    """
     pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options, info=info)
+    if evaluate:
+        from ..evaluation import evaluate_on_corpus
+
+        with torch.no_grad():  # evaluate the weights the folder will hold
+            for p in pretrained.model.parameters():
+                p.copy_(p.to(STORAGE_DTYPES[dtype]).float())
+        results, metrics = evaluate_on_corpus(
+            pretrained, pretrained.info["corpus"], evaluate, data_root=data_root, corpus_options=corpus_options
+        )
+        eval_results = [*(eval_results or []), *results]
+        pretrained.info = {**pretrained.info, "metrics": {**pretrained.info.get("metrics", {}), **metrics}}
     return save_pretrained(pretrained, folder, dtype=dtype, eval_results=eval_results, card_extra=card_extra)

@@ -155,3 +155,21 @@ def test_dsf_export_command_errors_are_one_line(trained, tmp_path, capsys):
     assert _cli(["export", str(trained["ckpt"]), str(tmp_path / "out")]) == 1
     assert "cannot tell which corpus" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_export_evaluates_the_stored_weights_on_the_split_files(trained, tmp_path):
+    """--evaluate scores each split's file with the weights as stored (float16 here); a user who scores
+    the same file with the exported folder gets the card's number."""
+    from huggingface_hub import ModelCard
+    from dsf_lightning.scoring import from_pretrained
+
+    folder = export_checkpoint(trained["ckpt"], tmp_path / "evaluated", corpus_name="text-folder",
+                               data_root=trained["root"], dtype="float16", evaluate=("valid", "test"))
+    info = load_pretrained(folder).info
+    scorer = from_pretrained(folder)
+    for split in ("valid", "test"):
+        doc = scorer.score_document(trained["root"] / f"{split}.txt")
+        assert info["metrics"][f"{split}_ppl"] == pytest.approx(doc.ppl, abs=1e-4)  # stored to 4 decimals
+        assert info["metrics"][f"{split}_tokens"] == doc.num_tokens
+    card = {(r.dataset_split, r.metric_type): r.metric_value for r in ModelCard.load(folder / "README.md").data.eval_results}
+    assert card[("test", "perplexity")] == pytest.approx(info["metrics"]["test_ppl"])

@@ -1,0 +1,62 @@
+"""Score a corpus split's own file with the :class:`~dsf_lightning.scoring.Scorer`.
+
+This is how a model card's numbers are produced: the whole split as one document, one stream with the
+state carried across lines from the ``<eos>`` context, exactly what ``dsf score --file`` and
+``from_pretrained(...).score_document(path)`` compute, so a user can reproduce the card by scoring the
+file. (Training-time ``val_ppl`` uses ``eval_batch_size`` parallel streams instead and differs slightly.)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..data.corpora import CorpusError
+from ..data.corpora.base import get_corpus_spec
+from ..data.corpora.files import resolve_data_root
+
+
+def split_file(corpus_name: str, split: str, data_root=None, corpus_options: dict | None = None) -> Path:
+    """The text file of ``split`` of a corpus (the first expected form that exists on disk)."""
+    spec = get_corpus_spec(corpus_name)
+    files = spec.files(spec.options(dict(corpus_options or {})))
+    if split not in files:
+        raise CorpusError(f"corpus {corpus_name!r} has no {split!r} split (it has: {', '.join(files)})")
+    root, how = resolve_data_root(data_root)
+    candidates = [f for spec_file in files[split] for f in (spec_file, *spec_file.alternatives)]
+    for candidate in candidates:
+        path = root / candidate.path
+        if path.is_file() and not path.name.endswith((".xz", ".gz")):
+            return path
+    names = ", ".join(str(root / c.path) for c in candidates)
+    raise CorpusError(f"no plain-text file for {corpus_name} {split} under the data root ({how}): expected {names}")
+
+
+def evaluate_on_corpus(
+    pretrained: Any,
+    corpus_name: str,
+    splits: Sequence[str] = ("valid", "test"),
+    data_root=None,
+    corpus_options: dict | None = None,
+) -> tuple[list[dict], dict[str, float]]:
+    """Score each split's file as one document; returns (model-index ``eval_results``, ``metrics``).
+
+    Perplexity is reported for word and subword models, bits per character for character models.
+    """
+    from ..scoring import Scorer
+
+    scorer = Scorer(pretrained)
+    results, metrics = [], {}
+    for split in splits:
+        path = split_file(corpus_name, split, data_root, corpus_options)
+        start = time.perf_counter()
+        doc = scorer.score_document(path)
+        seconds = time.perf_counter() - start
+        metric, value = ("bpc", doc.bpc) if scorer.char_level else ("perplexity", doc.ppl)
+        results.append({"metric": metric, "value": round(float(value), 4), "dataset": corpus_name, "split": split})
+        key = "bpc" if metric == "bpc" else "ppl"
+        metrics[f"{split}_{key}"] = round(float(value), 4)
+        metrics[f"{split}_tokens"] = doc.num_tokens
+        metrics[f"{split}_seconds"] = round(seconds, 2)
+    return results, metrics
