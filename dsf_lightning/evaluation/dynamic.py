@@ -1,0 +1,97 @@
+"""Dynamic evaluation (DSF paper sec 4.2, after Mikolov 2012; IRLM paper Table 2).
+
+The model keeps learning while it is evaluated, strictly *test-then-train*: each segment of the stream
+is first predicted with the current weights (its log-probabilities are what is reported), then one SGD
+step on that segment's summed negative log-likelihood updates the weights, and the carried state moves
+on to the next segment. ``#1`` runs over the test split alone; ``#2`` first over the validation split
+and then the test split (the model "compresses" both). The caller's model is never modified: the
+updates happen on a copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..model import RecurrentLM, detach_state
+
+
+@dataclass
+class SplitResult:
+    """Summed natural-log NLL and the number of predicted tokens of one split."""
+
+    nll: float
+    tokens: int
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(self.nll / self.tokens)
+
+    @property
+    def bpc(self) -> float:
+        return self.nll / self.tokens / math.log(2)
+
+
+def dynamic_evaluation(
+    model: RecurrentLM,
+    splits: Mapping[str, Tensor] | Sequence[tuple[str, Tensor]],
+    *,
+    lr: float = 0.005,
+    segment_length: int = 20,
+    context_token: int | None = None,
+    clip_norm: float | None = None,
+) -> dict[str, SplitResult]:
+    """Test-then-train over the splits in order (one continuous stream), on a copy of ``model``.
+
+    Args:
+        splits: ``{"valid": ids, "test": ids}`` (1-D token ids) in the order to run them; pass only the
+            test split for dynamic #1, validation then test for dynamic #2.
+        lr: the SGD step size (0.005 in the DSF paper); 0 gives static evaluation of one stream.
+        segment_length: tokens predicted before each update.
+        context_token: the token that precedes the first prediction (``<eos>`` for sentence corpora);
+            None uses the first token of the first split as context only.
+        clip_norm: optional gradient-norm clip per update.
+    """
+    if isinstance(segment_length, bool) or not isinstance(segment_length, int) or segment_length < 1:
+        raise ValueError(f"segment_length must be a positive integer, got {segment_length!r}")
+    if not (isinstance(lr, (int, float)) and lr >= 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    items = list(splits.items()) if isinstance(splits, Mapping) else list(splits)
+    if not items:
+        raise ValueError("splits is empty: give at least the test split")
+    learner = copy.deepcopy(model).eval()  # no dropout; the caller's weights stay as they are
+    for p in learner.parameters():
+        p.requires_grad_(True)
+    optimizer = torch.optim.SGD(learner.parameters(), lr=lr)
+    results: dict[str, SplitResult] = {}
+    state = None
+    prev: int | None = context_token
+    for name, ids in items:
+        ids = ids.reshape(-1).long()
+        start = 0
+        if prev is None:  # the very first token is context only
+            prev, start = int(ids[0]), 1
+        nll_sum, count = 0.0, 0
+        for lo in range(start, ids.numel(), segment_length):
+            targets = ids[lo : lo + segment_length]
+            inputs = torch.cat([torch.tensor([prev]), targets[:-1]])
+            logits, new_state = learner(inputs[None], state)  # predict the whole segment first
+            loss = F.cross_entropy(logits[0].float(), targets, reduction="sum")
+            nll_sum += float(loss.detach().double())
+            count += targets.numel()
+            if lr > 0:  # ... then learn from it
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if clip_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(learner.parameters(), clip_norm)
+                optimizer.step()
+            state = detach_state(new_state)
+            prev = int(targets[-1])
+        results[name] = SplitResult(nll_sum, count)
+    return results
