@@ -60,3 +60,39 @@ def evaluate_on_corpus(
         metrics[f"{split}_tokens"] = doc.num_tokens
         metrics[f"{split}_seconds"] = round(seconds, 2)
     return results, metrics
+
+
+def dynamic_results_on_corpus(
+    pretrained: Any,
+    corpus_name: str,
+    modes: Sequence[int] = (1, 2),
+    data_root=None,
+    corpus_options: dict | None = None,
+    lr: float = 0.005,
+    segment_length: int = 20,
+) -> tuple[list[dict], dict[str, float]]:
+    """Test perplexity (or BPC) under dynamic evaluation #1 (test only) and #2 (validation, then test),
+    DSF paper sec 4.2, as model-index results and metrics; the pretrained weights stay untouched."""
+    from ..data.corpora import load_corpus
+    from .dynamic import dynamic_evaluation
+
+    corpus = load_corpus(corpus_name, data_root=data_root, vocab=pretrained.vocab, **dict(corpus_options or {}))
+    char_level = getattr(pretrained.tokenizer, "name", "") == "char"
+    results, metrics = [], {}
+    for mode in modes:
+        if mode not in (1, 2):
+            raise ValueError(f"dynamic evaluation mode must be 1 or 2, got {mode!r}")
+        order = ["test"] if mode == 1 else ["valid", "test"]
+        start = time.perf_counter()
+        split = dynamic_evaluation(
+            pretrained.model, [(s, corpus.splits[s]) for s in order], lr=lr, segment_length=segment_length,
+            context_token=pretrained.vocab.eos_id,
+        )["test"]
+        metric, value = ("bpc", split.bpc) if char_level else ("perplexity", split.ppl)
+        name = f"test {'bits per character' if char_level else 'perplexity'}, dynamic evaluation #{mode}"
+        results.append({"metric": metric, "value": round(value, 4), "dataset": corpus_name, "split": "test",
+                        "metric_name": name})
+        metrics[f"test_{'bpc' if char_level else 'ppl'}_dynamic{mode}"] = round(value, 4)
+        metrics[f"dynamic{mode}_seconds"] = round(time.perf_counter() - start, 1)
+    metrics["dynamic_lr"], metrics["dynamic_segment_length"] = lr, segment_length
+    return results, metrics

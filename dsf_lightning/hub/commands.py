@@ -111,6 +111,7 @@ def export_command(args: argparse.Namespace) -> int:
         info=info,
         card_extra=card_extra,
         evaluate=tuple(s for s in (args.evaluate or "").split(",") if s),
+        dynamic=tuple(args.dynamic or ()),
     )
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights)")
@@ -137,6 +138,9 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--evaluate", metavar="SPLITS",
                         help="score these splits' files (comma-separated, e.g. valid,test) with the stored weights "
                         "and put the numbers in the card")
+    parser.add_argument("--dynamic", type=int, nargs="+", choices=(1, 2), metavar="N",
+                        help="with --evaluate: also report test numbers under dynamic evaluation #1 and/or #2 "
+                        "(DSF sec 4.2; SGD step 0.005 every 20 tokens, test-then-train)")
     parser.add_argument("--info", metavar="JSON|FILE", help="extra info (metrics, recipe, training_time, hardware, comparison)")
     parser.add_argument("--card-extra", metavar="JSON|FILE", help="model card field / metadata overrides (e.g. license)")
     parser.set_defaults(handler=export_command)

@@ -617,11 +617,13 @@ def export_checkpoint(
     info: dict | None = None,
     card_extra: dict | None = None,
     evaluate: Sequence[str] = (),
+    dynamic: Sequence[int] = (),
 ) -> Path:
     """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder.
 
     ``evaluate`` (e.g. ``("valid", "test")``) scores those splits' files with the weights exactly as
-    stored (rounded to ``dtype`` first) and puts the numbers in the card and ``info["metrics"]``.
+    stored (rounded to ``dtype`` first) and puts the numbers in the card and ``info["metrics"]``;
+    ``dynamic`` (``(1, 2)``) adds the test numbers under dynamic evaluation #1 / #2 (DSF sec 4.2).
     """
     pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options, info=info)
     if evaluate:
@@ -633,6 +635,13 @@ def export_checkpoint(
         results, metrics = evaluate_on_corpus(
             pretrained, pretrained.info["corpus"], evaluate, data_root=data_root, corpus_options=corpus_options
         )
+        if dynamic:
+            from ..evaluation.corpus_eval import dynamic_results_on_corpus
+
+            more, more_metrics = dynamic_results_on_corpus(
+                pretrained, pretrained.info["corpus"], dynamic, data_root=data_root, corpus_options=corpus_options
+            )
+            results, metrics = [*results, *more], {**metrics, **more_metrics}
         eval_results = [*(eval_results or []), *results]
         pretrained.info = {**pretrained.info, "metrics": {**pretrained.info.get("metrics", {}), **metrics}}
     return save_pretrained(pretrained, folder, dtype=dtype, eval_results=eval_results, card_extra=card_extra)

@@ -164,12 +164,16 @@ def test_export_evaluates_the_stored_weights_on_the_split_files(trained, tmp_pat
     from dsf_lightning.scoring import from_pretrained
 
     folder = export_checkpoint(trained["ckpt"], tmp_path / "evaluated", corpus_name="text-folder",
-                               data_root=trained["root"], dtype="float16", evaluate=("valid", "test"))
+                               data_root=trained["root"], dtype="float16", evaluate=("valid", "test"), dynamic=(1, 2))
     info = load_pretrained(folder).info
     scorer = from_pretrained(folder)
     for split in ("valid", "test"):
         doc = scorer.score_document(trained["root"] / f"{split}.txt")
         assert info["metrics"][f"{split}_ppl"] == pytest.approx(doc.ppl, abs=1e-4)  # stored to 4 decimals
         assert info["metrics"][f"{split}_tokens"] == doc.num_tokens
-    card = {(r.dataset_split, r.metric_type): r.metric_value for r in ModelCard.load(folder / "README.md").data.eval_results}
-    assert card[("test", "perplexity")] == pytest.approx(info["metrics"]["test_ppl"])
+    card = {r.metric_name: r.metric_value for r in ModelCard.load(folder / "README.md").data.eval_results}
+    assert card["test perplexity"] == pytest.approx(info["metrics"]["test_ppl"])
+    assert card["test perplexity, dynamic evaluation #1"] == pytest.approx(info["metrics"]["test_ppl_dynamic1"])
+    assert card["test perplexity, dynamic evaluation #2"] == pytest.approx(info["metrics"]["test_ppl_dynamic2"])
+    # learning while evaluating helps on this repetitive toy corpus
+    assert info["metrics"]["test_ppl_dynamic2"] < info["metrics"]["test_ppl"]
