@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .score_command import add_score_parser
 
     add_list_models_parser(what)
+    from .reproduce.command import add_list_recipes_parsers, add_reproduce_parser
+
+    add_list_recipes_parsers(what)
+    add_reproduce_parser(commands)
     add_score_parser(commands)
     add_export_parser(commands)
     add_push_parser(commands)
@@ -87,11 +91,33 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
 
     from .data.datamodule import LanguageModelDataModule
     from .training import LanguageModelModule
+    from .training.checkpoint_io import AtomicCheckpointIO
+    from .training.guards import check_recipe_imports, check_trainer_counts
+
+    check_recipe_imports(argv)  # no class_path / callable outside the trusted packages (UnsafeRecipeError)
 
     class DSFCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
             # the vocabulary is known only once the corpus is read: a YAML value here is ignored
             parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
+            # fine-tuning: the data is encoded with the vocabulary of the model it starts from
+            parser.link_arguments("model.init_from", "data.vocab_from", apply_on="parse")
+
+        def before_instantiate_classes(self) -> None:
+            # Lightning lists `devices` indices up front: refuse absurd counts (ValueError) before that
+            config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+            check_trainer_counts(config.get("trainer"))
+
+        def instantiate_trainer(self, **kwargs):
+            # atomic, fsynced checkpoint files and weights-only resume, unless a CheckpointIO is given
+            from lightning.pytorch.plugins.io import CheckpointIO
+
+            config = self._get(self.config_init, "trainer", default={})
+            plugins = kwargs.get("plugins", config.get("plugins"))
+            plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+            if not any(isinstance(p, CheckpointIO) for p in plugins):
+                kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
+            return super().instantiate_trainer(**kwargs)
 
     return DSFCLI(
         LanguageModelModule,
@@ -107,9 +133,20 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
-        lightning_cli(argv)
+        from .training.guards import UnsafeRecipeError
+
+        try:
+            lightning_cli(argv)
+        except UnsafeRecipeError as err:
+            print(f"dsf {argv[0]}: error: {err}", file=sys.stderr)
+            return 2
         return 0
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # only `dsf reproduce` passes unknown options on (to the LightningCLI of every row)
+        if not getattr(args, "passes_overrides", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*getattr(args, "overrides", []), *extra]
     return args.handler(args)
 
 

@@ -22,6 +22,7 @@ the paper's ``softmax(s U + h E^T)``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,29 @@ ModelState = tuple[State, ...]
 
 class ModelConfigError(ValueError):
     """The language model's configuration is impossible (the message names the field)."""
+
+
+MAX_PARAMETERS_ENV = "DSF_MAX_PARAMETERS"
+
+
+def max_parameters() -> int:
+    """The largest model :class:`RecurrentLM` agrees to build: ``$DSF_MAX_PARAMETERS`` if set, else
+    as many float32 parameters as this machine has physical memory (a bigger model could never be
+    trained here; refusing it up front beats an out-of-memory kill half-way through allocating)."""
+    given = os.environ.get(MAX_PARAMETERS_ENV)
+    if given:
+        try:
+            value = int(float(given))
+        except ValueError:
+            raise ModelConfigError(f"{MAX_PARAMETERS_ENV}={given!r} is not a number of parameters") from None
+        if value < 1:
+            raise ModelConfigError(f"{MAX_PARAMETERS_ENV}={given!r} must be a positive number of parameters")
+        return value
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        memory = 64 << 30
+    return max(1, memory // 4)
 
 
 @dataclass
@@ -89,6 +113,37 @@ class LMConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def num_parameters(self) -> int:
+        """The parameter count of the :class:`RecurrentLM` this config describes, computed on the meta
+        device (nothing is allocated, so it is instant even for absurd sizes).
+
+        Raises :class:`ModelConfigError` when the sizes overflow what a tensor can hold."""
+        try:
+            with torch.device("meta"):
+                model = RecurrentLM(self, check_size=False)
+        except RuntimeError as err:
+            if "overflow" in str(err).lower():
+                raise ModelConfigError(
+                    f"this model cannot exist: its tensor sizes overflow ({err}); "
+                    f"hidden_sizes={self.hidden_sizes}, vocab_size={self.vocab_size}, embedding_size={self.embedding_size}"
+                ) from None
+            raise
+        return count_parameters(model)
+
+    def check_size(self, limit: int | None = None) -> int:
+        """The parameter count, or :class:`ModelConfigError` if it exceeds ``limit`` (default
+        :func:`max_parameters`) — before any memory is allocated."""
+        limit = max_parameters() if limit is None else limit
+        n = self.num_parameters()
+        if n > limit:
+            raise ModelConfigError(
+                f"this model would have {n:,} parameters ({n * 4 / 2**30:,.1f} GiB in float32), more than the "
+                f"{limit:,} this machine can hold (hidden_sizes={self.hidden_sizes}, vocab_size={self.vocab_size:,}, "
+                f"embedding_size={self.embedding_size}); use smaller sizes, or set {MAX_PARAMETERS_ENV} to raise "
+                "the limit if you know better"
+            )
+        return n
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LMConfig":
         known = {f.name for f in dataclasses.fields(cls)}
@@ -107,7 +162,11 @@ class RecurrentLM(nn.Module):
     """Embedding -> ``len(hidden_sizes)`` recurrent layers of ``config.cell`` -> decoder (eq. 14 of the
     DSF paper, eq. 8 of the SCRN paper)."""
 
-    def __init__(self, config: LMConfig) -> None:
+    def __init__(self, config: LMConfig, *, check_size: bool = True) -> None:
+        """``check_size``: refuse (:class:`ModelConfigError`) a model larger than
+        :func:`max_parameters` before allocating anything (counted on the meta device)."""
+        if check_size and torch.get_default_device().type != "meta":
+            config.check_size()
         super().__init__()
         self.config = config
         V, E = config.vocab_size, config.embedding_size

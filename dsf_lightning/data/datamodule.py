@@ -25,6 +25,10 @@ class LanguageModelDataModule(L.LightningDataModule):
         batch_size: training streams (B), over all processes.
         bptt: window length T.
         eval_batch_size: validation / test streams, over all processes.
+        vocab_from: encode the corpus with the vocabulary (and, for ``text-folder``, the tokenizer) of a
+            pretrained model: a published name, Hub repo id or pretrained folder
+            (:mod:`dsf_lightning.finetune`). Out-of-vocabulary words become the pretrained ``<unk>``.
+            The CLI links it from ``model.init_from``.
     """
 
     def __init__(
@@ -35,8 +39,10 @@ class LanguageModelDataModule(L.LightningDataModule):
         batch_size: int = 20,
         bptt: int = 35,
         eval_batch_size: int = 10,
+        vocab_from: str | None = None,
     ) -> None:
         super().__init__()
+        self.vocab_from = vocab_from
         self.corpus_name = corpus if isinstance(corpus, str) else corpus.name
         self._corpus = None if isinstance(corpus, str) else corpus
         self.data_root = data_root
@@ -54,8 +60,33 @@ class LanguageModelDataModule(L.LightningDataModule):
         if self._corpus is None:
             from .corpora import load_corpus
 
-            self._corpus = load_corpus(self.corpus_name, data_root=self.data_root, **self.corpus_options)
+            if self.vocab_from is not None:
+                self._corpus = self._load_with_pretrained_vocab(load_corpus)
+            else:
+                self._corpus = load_corpus(self.corpus_name, data_root=self.data_root, **self.corpus_options)
+        elif self.vocab_from is not None and not getattr(self, "_vocab_checked", False):
+            pretrained = self._pretrained()
+            if list(self._corpus.vocab.symbols) != list(pretrained.vocab.symbols):
+                raise ValueError(
+                    f"vocab_from {self.vocab_from}: the corpus object given was encoded with another vocabulary; "
+                    "pass the corpus by name so it is encoded with the pretrained one"
+                )
+            self._vocab_checked = True
         return self._corpus
+
+    def _pretrained(self):
+        from ..finetune import load_for_finetuning
+
+        return load_for_finetuning(self.vocab_from)
+
+    def _load_with_pretrained_vocab(self, load_corpus):
+        from ..finetune import check_corpus_tokenizer, corpus_options_for
+
+        pretrained = self._pretrained()
+        options = corpus_options_for(self.corpus_name, self.corpus_options, pretrained)
+        corpus = load_corpus(self.corpus_name, data_root=self.data_root, vocab=pretrained.vocab, **options)
+        check_corpus_tokenizer(corpus, pretrained, self.vocab_from)
+        return corpus
 
     @property
     def vocab_size(self) -> int:

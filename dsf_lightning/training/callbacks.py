@@ -290,7 +290,8 @@ class GradientNormMonitor(L.Callback):
     ``configure_gradient_clipping`` clips on its own terms, which this cannot see.)
 
     Logs, per optimizer step: ``grad_norm`` (pre-clip total norm) and ``grad_clipped_fraction``
-    (clipped steps / steps so far); attributes ``last_norm``, ``num_steps``, ``num_clipped``,
+    (clipped steps / steps so far) and ``grad_nonfinite_steps`` (steps so far whose gradient norm was
+    NaN / inf; each one also warns); attributes ``last_norm``, ``num_steps``, ``num_clipped``,
     ``num_nonfinite`` (steps whose norm was inf / nan, which an AMP scaler skips). The counts are in
     the checkpoint.
 
@@ -334,6 +335,14 @@ class GradientNormMonitor(L.Callback):
             on_step=True,
             on_epoch=False,
         )
+        pl_module.log(f"{self.prefix}grad_nonfinite_steps", float(self.num_nonfinite), on_step=True, on_epoch=False)
+        if not math.isfinite(value) and getattr(trainer.precision_plugin, "scaler", None) is None:  # a scaler skips these
+            warnings.warn(
+                f"GradientNormMonitor: the gradient norm is {value} at global step {trainer.global_step} "
+                f"({self.num_nonfinite} non-finite step(s) so far); see NonFiniteGuard to skip such steps",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def state_dict(self) -> dict[str, Any]:
         return {"num_steps": self.num_steps, "num_clipped": self.num_clipped, "num_nonfinite": self.num_nonfinite}

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
@@ -52,6 +53,23 @@ class LanguageModelModule(L.LightningModule):
             (``"unigram"`` from the training split, ``"log-uniform"`` or ``"uniform"``); evaluation always
             uses the exact full softmax. ``nce_log_z``: NCE's log-normalizer (a number, or ``"learned"``).
         seed: base of the per-window RNG seeds (dropout masks).
+        parameter_budget: a fixed parameter budget (the DSF paper's Table 2): an int, or ``"CELL:H"``
+            for the parameter count of that reference model (e.g. ``"lstm:100"``) with the same
+            vocabulary, layers, embedding size and tying. When set, the size of every layer in
+            ``hidden_sizes`` is replaced by the one whose model count is closest to the budget
+            (:func:`~dsf_lightning.reproduce.budget.hidden_size_for_budget`; the number of layers is
+            kept). The chosen size is logged and is what ``hparams.hidden_sizes`` records.
+        lr_decay_factor: the factor of the learning-rate schedules below (0.5: halving).
+        lr_decay_after_epoch: multiply the learning rate by ``lr_decay_factor`` at the end of every
+            epoch from this many epochs on (Zaremba et al. 2014's schedule, used by the SCRN and RAN
+            papers; None: off). Cannot be combined with ``lr_halving_patience``.
+        init_from: start from a pretrained model (a published name such as ``delta-rnn-ptb``, a Hub
+            repo id or a pretrained folder; :mod:`dsf_lightning.finetune`). The architecture
+            (``cell``, ``hidden_sizes``, ``cell_options``, ``embedding_size``, ``tie_weights``) then
+            comes from the pretrained config: an argument left at its default takes the pretrained
+            value, a different explicit value is an error; regularization (dropouts, the Delta-RNN's
+            ``cell_options.dropout``) stays as given. The data must be encoded with the pretrained
+            vocabulary (the CLI links ``model.init_from`` to ``data.vocab_from``).
     """
 
     def __init__(
@@ -81,9 +99,42 @@ class LanguageModelModule(L.LightningModule):
         sampled_loss_noise: Literal["unigram", "log-uniform", "uniform"] = "unigram",
         nce_log_z: float | Literal["learned"] = 0.0,
         seed: int = 0,
+        parameter_budget: int | str | None = None,
+        lr_decay_factor: float = 0.5,
+        lr_decay_after_epoch: int | None = None,
+        init_from: str | None = None,
     ) -> None:
         super().__init__()
+        pretrained = None
+        if init_from is not None:
+            from ..finetune import load_for_finetuning, merge_architecture
+
+            pretrained = load_for_finetuning(init_from)
+            cell, hidden_sizes, cell_options, embedding_size, tie_weights = merge_architecture(
+                pretrained.config,
+                dict(cell=cell, hidden_sizes=hidden_sizes, cell_options=cell_options,
+                     embedding_size=embedding_size, tie_weights=tie_weights),
+                vocab_size=vocab_size, parameter_budget=parameter_budget, source=init_from,
+            )
+        budget_sizes = None
+        if parameter_budget is not None:
+            from ..reproduce.budget import hidden_size_for_budget
+
+            layers = len(hidden_sizes) if isinstance(hidden_sizes, list) else 1
+            size = hidden_size_for_budget(
+                cell, parameter_budget, vocab_size, layers=layers, embedding_size=embedding_size,
+                tie_weights=tie_weights, cell_options=cell_options,
+            )
+            hidden_sizes = budget_sizes = [size] * layers  # recorded in hparams below
+        if not 0.0 < lr_decay_factor <= 1.0:
+            raise ValueError(f"lr_decay_factor must be in (0, 1], got {lr_decay_factor!r}")
+        if lr_decay_after_epoch is not None and lr_halving_patience is not None:
+            raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
         self.save_hyperparameters()
+        # what the model is built with (under LightningCLI the hparams are the arguments as given)
+        if pretrained is not None or budget_sizes is not None:
+            self.hparams.update(cell=cell, hidden_sizes=hidden_sizes, cell_options=cell_options,
+                                embedding_size=embedding_size, tie_weights=tie_weights)
         self.config = LMConfig(
             vocab_size=vocab_size,
             cell=cell,
@@ -98,6 +149,13 @@ class LanguageModelModule(L.LightningModule):
             variational=variational,
         )
         self.model = RecurrentLM(self.config)
+        self.budget_hidden_sizes = budget_sizes
+        if budget_sizes is not None:
+            rank_zero_info(f"parameter_budget {parameter_budget}: hidden_sizes {budget_sizes}, "
+                           f"{count_parameters(self.model):,} parameters")
+        if pretrained is not None:
+            self.model.load_state_dict(pretrained.model.state_dict(), strict=True)
+            rank_zero_info(f"initialized from {init_from} ({count_parameters(self.model):,} parameters)")
         self.sampled_loss: SampledLoss | None = None
         if sampled_loss is not None:
             noise = "uniform" if sampled_loss_noise == "unigram" else sampled_loss_noise  # unigram: in setup
@@ -106,6 +164,7 @@ class LanguageModelModule(L.LightningModule):
         self._sums: dict[str, Tensor] = {}
         self._restored_train_state: list[Tensor] | None = None
         self._final_state: ModelState | None = None
+        self._reset_pending: set[str] = set()  # stages whose next window starts from zeros
 
     # -- helpers -------------------------------------------------------------------------------
     @property
@@ -114,6 +173,11 @@ class LanguageModelModule(L.LightningModule):
 
     def _state_for(self, stage: str, index: int, batch_size: int) -> ModelState:
         """The carried state for this window: zeros at window 0, else what the last window left."""
+        if stage in getattr(self, "_reset_pending", ()):  # reset_carried_state() with nothing carried
+            self._reset_pending.discard(stage)
+            if stage == "train":
+                self._restored_train_state = None
+            return self.model.init_state(batch_size, self.device, torch.float32)
         state = self._carried[stage]
         if stage == "train" and index > 0 and state is None and self._restored_train_state is not None:
             state = self._unflatten_state(self._restored_train_state)
@@ -139,6 +203,9 @@ class LanguageModelModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         """Unigram noise for the sampled loss: add-one counts of the training split."""
         hp = self.hparams
+        if self.budget_hidden_sizes is not None and self.logger is not None:
+            self.logger.log_hyperparams({"budget_hidden_sizes": self.budget_hidden_sizes,
+                                         "num_parameters": self.num_parameters})
         if stage == "fit" and self.sampled_loss is not None and hp.sampled_loss_noise == "unigram":
             train = self.trainer.datamodule.corpus.splits["train"]
             counts = torch.bincount(train, minlength=hp.vocab_size).float() + 1
@@ -262,10 +329,14 @@ class LanguageModelModule(L.LightningModule):
             optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
         else:
             raise ValueError(f"optimizer must be 'adam' or 'sgd', got {hp.optimizer!r}")
+        if hp.get("lr_decay_after_epoch") is not None:
+            start, factor = hp.lr_decay_after_epoch, hp.lr_decay_factor
+            decay = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: factor ** max(epoch + 1 - start, 0))
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": decay, "interval": "epoch"}}
         if hp.lr_halving_patience is None:
             return optimizer
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=0.5, patience=hp.lr_halving_patience
+            optimizer, mode="min", factor=hp.get("lr_decay_factor", 0.5), patience=hp.lr_halving_patience
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss"}}
 
@@ -279,7 +350,27 @@ class LanguageModelModule(L.LightningModule):
         it = iter(t[rank * per_rank : (rank + 1) * per_rank].to(self.device) for t in flat)
         return tuple(tuple(next(it) for _ in layer.state_sizes) for layer in self.model.layers)
 
+    def reset_carried_state(self, stage: str = "train") -> None:
+        """Make the next window of ``stage`` (``"train"``, ``"val"`` or ``"test"``) start from the zero
+        state, as window 0 of an epoch does, instead of the state the last window left (e.g. after a
+        non-finite loss poisoned it: :class:`~dsf_lightning.training.guards.NonFiniteGuard`).
+
+        The carried state is replaced by zeros of the same shape, so a checkpoint written now stores
+        them and a resumed run continues exactly; with nothing carried yet, the next window of the
+        stage starts from zeros whatever its index (also across a checkpoint)."""
+        if stage not in self._carried:
+            raise ValueError(f"stage must be one of {sorted(self._carried)}, got {stage!r}")
+        state = self._carried[stage]
+        if stage == "train":
+            self._final_state = None  # no iterative-inference refinement of a discarded state
+        if state is None:
+            self._reset_pending.add(stage)
+            return
+        self._carried[stage] = self.model.init_state(state[0][0].shape[0], state[0][0].device, torch.float32)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "train" in getattr(self, "_reset_pending", ()):
+            checkpoint["dsf_reset_train_state"] = True
         state = self._carried["train"]
         if state is None:
             return
@@ -290,3 +381,5 @@ class LanguageModelModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._restored_train_state = checkpoint.get("dsf_carried_train_state")
+        if checkpoint.get("dsf_reset_train_state"):
+            self._reset_pending.add("train")

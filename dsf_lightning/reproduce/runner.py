@@ -1,0 +1,575 @@
+"""Run a table (``dsf reproduce TABLE``): each row's recipe through the real CLI, fit then test.
+
+For every row: check that the corpus files are there (else the row is *skipped* and the files are named),
+build the LightningCLI arguments (the recipe, the row's overrides, the scale's overrides, then the user's
+``--trainer.*`` / ``--model.*`` / ``--data.*`` overrides, which win), instantiate through
+:func:`dsf_lightning.cli.lightning_cli`, ``fit``, then ``test`` the best checkpoint and read the row's
+metric. Each row runs in its own folder ``<out>/runs/<table>/<row>/`` (the recipe's relative ``runs/``
+paths land there). Dynamic-evaluation rows evaluate their parent row's best checkpoint.
+
+Scales (``--scale``):
+
+* ``tiny``: a CPU smoke run of the whole pipeline: every layer 16 units (embeddings 16, one-hot input
+  kept, a parameter budget dropped, SCRN context 4, sr-RNN k 4), batch 4 streams of 16 tokens, eval
+  batch 2, 1 epoch of 6 training / 2 validation / 2 test batches, dynamic evaluation on 400 tokens.
+  The numbers mean nothing; the table, the files and the costs are real.
+* ``small``: a few CPU hours per table: every size capped at 256 (embedding 256, SCRN context 1/6 of
+  the hidden size, k <= 100, budgets kept), at most 5 epochs and 30 minutes of training per row, the
+  full validation and test splits.
+* ``paper``: the recipes as written (paper scale: epochs, sizes, schedules).
+
+Results are kept in ``<out>/<table>.state.json`` (written atomically after every row); ``<out>/<table>.md``
+and ``.csv`` are rewritten from it. A finished row (same recipe, overrides and scale) is skipped on the
+next run; a failed or interrupted row is retried, resuming from its ``last.ckpt`` when there is one.
+Under several processes (``--trainer.devices 4 --trainer.strategy ddp``, torchrun, SLURM) only global
+rank 0 writes; with Lightning's own launcher (``--trainer.devices N``) every row runs in a child process
+(``python -m dsf_lightning.reproduce.row``) that Lightning can re-launch per device.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from .tables import METRICS, Row, Table, default_recipes_dir, get_table
+
+logger = logging.getLogger(__name__)
+
+SCALES = ("tiny", "small", "paper")
+TINY = dict(hidden=16, embedding=16, context=4, k=4, batch=4, bptt=16, eval_batch=2, train_batches=6,
+            val_batches=2, test_batches=2, dynamic_tokens=400)
+SMALL = dict(max_hidden=256, max_embedding=256, max_k=100, max_epochs=5, max_time="00:00:30:00")
+DYNAMIC_LR = 0.005
+DISTRIBUTED_FLAGS = ("--trainer.devices", "--trainer.num_nodes", "--trainer.strategy")
+STATUS_DONE, STATUS_FAILED, STATUS_SKIPPED, STATUS_PENDING = "done", "failed", "skipped", "pending"
+CSV_FIELDS = ("table", "row", "label", "metric", "split", "published", "measured", "difference", "status",
+              "wall_seconds", "tokens_per_second", "parameters", "recipe", "scale", "message")
+
+
+# =============================================================================================== helpers
+def global_rank() -> int:
+    """This process's global rank as torchrun / SLURM / Lightning set it (0 when alone)."""
+    for var in ("RANK", "SLURM_PROCID", "GLOBAL_RANK"):
+        value = os.environ.get(var)
+        if value not in (None, ""):
+            try:
+                if var == "SLURM_PROCID" and int(os.environ.get("SLURM_NTASKS", "1")) <= 1:
+                    continue
+                return int(value)
+            except ValueError:
+                continue
+    return 0
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling and ``os.replace`` (never half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_recipe(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a recipe (a YAML mapping)")
+    for section in ("trainer", "model", "data"):
+        data.setdefault(section, {})
+        if data[section] is None:
+            data[section] = {}
+    return data
+
+
+def _set_dotted(config: dict, dotted: str, value: Any) -> None:
+    node = config
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {} if node.get(part) is None else node[part]
+            if not isinstance(node[part], dict):
+                raise ValueError(f"override {dotted}: {part} is not a mapping")
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def _cap(value: int, cap: int) -> int:
+    return min(int(value), cap)
+
+
+def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
+    """``{"model.hidden_sizes": [...], ...}``: how ``scale`` changes a recipe (empty for ``paper``)."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if scale == "paper":
+        return {}
+    model, data = recipe["model"], recipe["data"]
+    sizes = model.get("hidden_sizes", [256])
+    sizes = sizes if isinstance(sizes, list) else [sizes]
+    emb = model.get("embedding_size")
+    options = dict(model.get("cell_options") or {})
+    out: dict[str, Any] = {}
+    if scale == "tiny":
+        out["model.hidden_sizes"] = [TINY["hidden"]] * len(sizes)
+        if emb not in (None, 0):
+            out["model.embedding_size"] = TINY["embedding"]
+        if model.get("parameter_budget") is not None:
+            out["model.parameter_budget"] = None
+        if "context_size" in options:
+            options["context_size"] = TINY["context"]
+        if "k" in options:
+            options["k"] = TINY["k"]
+        if "long_context_units" in options:
+            options["long_context_units"] = min(int(options["long_context_units"]), TINY["hidden"] // 2)
+        if model.get("sampled_loss"):
+            out["model.sampled_loss_samples"] = 8
+        out.update({
+            "data.batch_size": TINY["batch"], "data.bptt": min(int(data.get("bptt", 35)), TINY["bptt"]),
+            "data.eval_batch_size": TINY["eval_batch"],
+            "trainer.max_epochs": 1, "trainer.max_time": None, "trainer.limit_train_batches": TINY["train_batches"],
+            "trainer.limit_val_batches": TINY["val_batches"], "trainer.limit_test_batches": TINY["test_batches"],
+            "trainer.num_sanity_val_steps": 0, "trainer.log_every_n_steps": 1,
+        })
+    else:  # small
+        capped = [_cap(h, SMALL["max_hidden"]) for h in sizes]
+        if capped != sizes:
+            out["model.hidden_sizes"] = capped
+        if emb not in (None, 0) and emb > SMALL["max_embedding"]:
+            out["model.embedding_size"] = SMALL["max_embedding"]
+        if "context_size" in options and capped != sizes:
+            options["context_size"] = min(int(options["context_size"]), max(4, min(capped) // 6))
+        if "k" in options:
+            options["k"] = _cap(options["k"], SMALL["max_k"])
+        if "long_context_units" in options:
+            options["long_context_units"] = min(int(options["long_context_units"]), (3 * min(capped)) // 4)
+        out["trainer.max_epochs"] = min(int(recipe["trainer"].get("max_epochs") or SMALL["max_epochs"]), SMALL["max_epochs"])
+        out["trainer.max_time"] = SMALL["max_time"]
+    if options != dict(model.get("cell_options") or {}):
+        out["model.cell_options"] = options
+    out["trainer.enable_progress_bar"] = False
+    return out
+
+
+def merged_overrides(recipe: dict, row: Row, scale: str) -> dict[str, Any]:
+    """Scale overrides, then the row's, as top-level ``section.key`` values (a dotted key deeper than that,
+    e.g. ``model.cell_options.alpha``, is merged into the recipe's mapping)."""
+    config = {section: dict(recipe[section]) for section in ("trainer", "model", "data")}
+    touched: list[str] = []
+    for dotted, value in [*scale_overrides(recipe, scale).items(), *row.overrides.items()]:
+        section, key = dotted.split(".")[:2]
+        if dotted.count(".") > 1:
+            config[section][key] = copy.deepcopy(config[section].get(key) or {})
+        _set_dotted(config, dotted, value)
+        if f"{section}.{key}" not in touched:
+            touched.append(f"{section}.{key}")
+    return {name: config[name.split(".")[0]][name.split(".")[1]] for name in touched}
+
+
+def cli_arguments(recipe_path: Path, overrides: dict[str, Any], data_root: str | None, extra: Sequence[str]) -> list[str]:
+    args = ["--config", str(recipe_path)]
+    for key, value in overrides.items():
+        args.append(f"--{key}={json.dumps(value)}")
+    if data_root is not None:
+        args.append(f"--data.data_root={data_root}")
+    return args + list(extra)
+
+
+def missing_corpus(corpus: Any, options: dict | None, data_root: str | None) -> str | None:
+    """``None`` when corpus ``corpus`` can be loaded, else why not (the files that are missing)."""
+    if not isinstance(corpus, str):
+        return None
+    from ..data.corpora import CorpusError, get_corpus_spec, resolve_data_root
+
+    try:
+        spec = get_corpus_spec(corpus)
+        opts = spec.options(dict(options or {}))
+        root, how = resolve_data_root(data_root)
+        if spec.optional_splits:
+            return None
+        missing = []
+        for split, specs in spec.files(opts).items():
+            for fs in specs:
+                found = False
+                for cand in fs.candidates():
+                    path = root / cand.path
+                    if path.is_file() or (cand.path.endswith("/") and path.is_dir() and any(path.iterdir())):
+                        found = True
+                        break
+                if not found:
+                    missing.append(fs.path)
+        if missing:
+            shown = ", ".join(dict.fromkeys(missing[:4])) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+            return f"corpus missing: {corpus} needs {shown} under {root}"
+        spec.check_supported(root, opts)
+    except CorpusError as err:
+        return f"corpus missing: {str(err).splitlines()[0]}"
+    return None
+
+
+def fingerprint(table: Table, row: Row, scale: str, recipe_text: str, extra: Sequence[str], data_root: str | None) -> str:
+    payload = json.dumps({"table": table.id, "row": row.key, "recipe": recipe_text, "overrides": row.overrides,
+                          "evaluation": row.evaluation, "parent": row.parent, "scale": scale, "extra": list(extra),
+                          "data_root": data_root}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+# =============================================================================================== one row
+def run_row(spec: dict) -> dict:
+    """Fit then test one row in this process (``spec``: args, workdir, metric, resume); returns its results.
+
+    Writes ``spec["result_file"]`` (rank 0) when given, which is how a child process reports back.
+    """
+    import lightning as L
+
+    from ..cli import lightning_cli
+
+    class TokenCounter(L.Callback):
+        def __init__(self) -> None:
+            self.tokens = 0
+            self.seconds = 0.0
+            self._start = None
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            self._start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            if self._start is not None:
+                self.seconds += time.perf_counter() - self._start
+                self._start = None
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            self.tokens += int(batch[0].numel()) * trainer.world_size
+
+    start = time.perf_counter()
+    workdir = Path(spec["workdir"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    previous = os.getcwd()
+    os.chdir(workdir)
+    try:
+        with warnings.catch_warnings():  # "args given and sys.argv too": intended here
+            warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+            cli = lightning_cli(spec["args"], run=False)
+        trainer, model, data = cli.trainer, cli.model, cli.datamodule
+        counter = TokenCounter()
+        trainer.callbacks.append(counter)
+        resume = None
+        ckpt_cb = trainer.checkpoint_callback
+        if spec.get("resume") and ckpt_cb is not None and ckpt_cb.dirpath:
+            last = Path(ckpt_cb.dirpath) / "last.ckpt"
+            resume = str(last) if last.is_file() else None
+        trainer.fit(model, data, ckpt_path=resume)
+        best = ckpt_cb.best_model_path if ckpt_cb is not None else ""
+        results = trainer.test(model, data, ckpt_path=best or None, verbose=False)
+        metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+        result = {
+            "metrics": metrics,
+            "measured": metrics.get(METRICS[spec["metric"]]),
+            "parameters": int(model.num_parameters),
+            "tokens": counter.tokens,
+            "train_seconds": counter.seconds,
+            "tokens_per_second": counter.tokens / counter.seconds if counter.seconds > 0 else None,
+            "checkpoint": str(Path(best).resolve()) if best else None,
+            "resumed_from": resume,
+            "corpus": data.corpus_name,
+            "wall_seconds": time.perf_counter() - start,
+        }
+        if spec.get("result_file") and trainer.global_rank == 0:
+            write_atomic(Path(spec["result_file"]), json.dumps(result, indent=1))
+        return result
+    finally:
+        os.chdir(previous)
+
+
+def _run_row_isolated(spec: dict, log: Callable[[str], None]) -> dict:
+    result_file = Path(spec["workdir"]) / "result.json"
+    result_file.unlink(missing_ok=True)
+    spec = dict(spec, result_file=str(result_file))
+    spec_file = Path(spec["workdir"]) / "row.json"
+    write_atomic(spec_file, json.dumps(spec, indent=1))
+    env = dict(os.environ)
+    done = subprocess.run([sys.executable, "-m", "dsf_lightning.reproduce.row", str(spec_file)], env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the row's process exited with code {done.returncode} (log above)")
+    if not result_file.is_file():
+        if global_rank() != 0:
+            return {}
+        raise RuntimeError(f"the row's process wrote no {result_file.name}")
+    return json.loads(result_file.read_text())
+
+
+def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | None, scale: str) -> dict:
+    """Dynamic evaluation #1 / #2 of the parent row's best checkpoint."""
+    import torch
+
+    from ..data.corpora import load_corpus
+    from ..evaluation import dynamic_evaluation
+    from ..training import LanguageModelModule
+
+    ckpt = parent_state.get("checkpoint")
+    if not ckpt or not Path(ckpt).is_file():
+        raise FileNotFoundError(f"row {row.parent}'s checkpoint {ckpt} is not there: re-run that row")
+    start = time.perf_counter()
+    module = LanguageModelModule.load_from_checkpoint(ckpt, map_location="cpu")
+    model = module.model.float().eval()
+    data = recipe["data"]
+    root = data_root if data_root is not None else data.get("data_root")
+    corpus = load_corpus(data["corpus"], data_root=root, **dict(data.get("corpus_options") or {}))
+    names = ["test"] if row.evaluation == "dynamic1" else ["valid", "test"]
+    limit = TINY["dynamic_tokens"] if scale == "tiny" else None
+    splits = [(name, corpus.splits[name][:limit] if limit else corpus.splits[name]) for name in names]
+    eos = corpus.vocab.eos_id
+    with torch.enable_grad():
+        results = dynamic_evaluation(model, splits, lr=DYNAMIC_LR, context_token=eos)
+    test = results["test"]
+    seconds = time.perf_counter() - start
+    tokens = sum(r.tokens for r in results.values())
+    nll = test.nll / test.tokens
+    value = {"ppl": math.exp(nll), "bpc": nll / math.log(2), "nll": nll}[row.metric]
+    return {"measured": value, "parameters": int(sum(p.numel() for p in model.parameters())), "tokens": tokens,
+            "tokens_per_second": tokens / seconds if seconds > 0 else None, "checkpoint": ckpt,
+            "metrics": {"test_loss": nll, "test_tokens": test.tokens}, "wall_seconds": seconds}
+
+
+# =============================================================================================== outputs
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:,.{digits}f}" if abs(value) < 1e6 else f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table_rows(table: Table, state: dict, scale: str) -> list[dict]:
+    out = []
+    for row in table.rows:
+        entry = state.get("rows", {}).get(row.key, {})
+        status = entry.get("status") or (STATUS_PENDING if row.pending else "not run")
+        message = entry.get("message") or (f"pending: {row.pending}" if row.pending else row.note)
+        measured = entry.get("measured") if status == STATUS_DONE else None
+        out.append({
+            "table": table.id, "row": row.key, "label": row.label, "metric": row.metric, "split": row.split,
+            "published": row.published, "measured": measured,
+            "difference": (measured - row.published) if measured is not None else None,
+            "status": status, "wall_seconds": entry.get("wall_seconds"),
+            "tokens_per_second": entry.get("tokens_per_second"), "parameters": entry.get("parameters"),
+            "recipe": row.recipe or (f"(evaluation of {row.parent})" if row.evaluation else ""),
+            "scale": entry.get("scale", scale), "message": message,
+        })
+    return out
+
+
+def render_csv(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k])) for k in CSV_FIELDS})
+    return buffer.getvalue()
+
+
+def usage_footer(table_id: str) -> str:
+    return f"""## How to run
+
+```bash
+dsf reproduce {table_id} --scale paper --data-root /path/to/data --out results        # one GPU or CPU
+dsf reproduce {table_id} --rows ROW1,ROW2 --scale small --out results-small             # some rows, capped sizes
+dsf reproduce {table_id} --scale paper --out results --trainer.accelerator gpu --trainer.devices 4 --trainer.strategy ddp
+# several nodes with torchrun (every node runs the same line; each row's fit joins the group)
+torchrun --nnodes 2 --nproc-per-node 4 --node-rank $NODE_RANK --master-addr $MASTER --master-port 29500 \\
+  $(which dsf) reproduce {table_id} --scale paper --out results --trainer.devices 4 --trainer.num_nodes 2 --trainer.strategy ddp
+# SLURM (one task per GPU; Lightning reads the SLURM environment)
+srun --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 dsf reproduce {table_id} --scale paper --out results \\
+  --trainer.devices 4 --trainer.num_nodes 2 --trainer.strategy ddp
+```
+
+Re-running the same command skips finished rows (state in `{table_id}.state.json`) and retries failed ones
+from their `last.ckpt`; only global rank 0 writes the files. `--trainer.*`, `--model.*` and `--data.*`
+options after the table id go to every row's `dsf fit`. Scales: `tiny` (a CPU smoke run, numbers
+meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `paper` (the recipes as written).
+"""
+
+
+def render_markdown(table: Table, rows: list[dict], scale: str) -> str:
+    unit = {"ppl": "PPL", "bpc": "BPC", "nll": "NLL"}
+    lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: test. "
+             "Difference = measured - published (lower is better for every metric here).", "",
+             "| row | metric | published | measured | difference | wall s | tokens/s | parameters | status |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        lines.append(
+            f"| {r['label']} (`{r['row']}`) | {unit[r['metric']]} | {_fmt(r['published'])} | {_fmt(r['measured'])} | "
+            f"{_fmt(r['difference'])} | {_fmt(r['wall_seconds'], 1)} | {_fmt(r['tokens_per_second'], 0)} | "
+            f"{_fmt(r['parameters'])} | {r['status']} |"
+        )
+    lines += ["", "## Rows", ""]
+    for r in rows:
+        text = f"- `{r['row']}`: {r['recipe'] or 'no recipe'}"
+        if r["message"]:
+            text += f" -- {r['message']}"
+        lines.append(text)
+    if table.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in table.notes]
+    lines += ["", usage_footer(table.id)]
+    return "\n".join(lines)
+
+
+def write_outputs(table: Table, state: dict, out: Path, scale: str) -> tuple[Path, Path]:
+    rows = table_rows(table, state, scale)
+    md, csv_path = out / f"{table.id}.md", out / f"{table.id}.csv"
+    write_atomic(csv_path, render_csv(rows))
+    write_atomic(md, render_markdown(table, rows, scale))
+    return md, csv_path
+
+
+# =============================================================================================== a table
+def _read_state(path: Path, table: Table) -> dict:
+    if path.is_file():
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(state, dict) and state.get("table") == table.id:
+                state.setdefault("rows", {})
+                return state
+        except (OSError, json.JSONDecodeError) as err:
+            logger.warning("ignoring unreadable state %s: %s", path, err)
+    return {"table": table.id, "rows": {}}
+
+
+def run_table(
+    table_id: str,
+    *,
+    scale: str = "paper",
+    data_root: str | os.PathLike | None = None,
+    out: str | os.PathLike = "reproduce",
+    rows: Sequence[str] | None = None,
+    overrides: Sequence[str] = (),
+    recipes_dir: str | os.PathLike | None = None,
+    isolate: bool | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Run (or resume) table ``table_id``; returns ``{"ran": [...], "skipped_done": [...], "skipped": [...],
+    "failed": [...], "pending": [...], "markdown": path, "csv": path}`` (row keys)."""
+    table = get_table(table_id)
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    out = Path(out).expanduser().resolve()
+    recipes = Path(recipes_dir).expanduser().resolve() if recipes_dir is not None else default_recipes_dir().resolve()
+    root = str(Path(data_root).expanduser().resolve()) if data_root is not None else None
+    extra = list(overrides)
+    if isolate is None:
+        isolate = any(a.split("=")[0] in DISTRIBUTED_FLAGS for a in extra)
+    wanted = list(rows) if rows else [r.key for r in table.rows]
+    unknown = [k for k in wanted if k not in {r.key for r in table.rows}]
+    if unknown:
+        raise KeyError(f"table {table.id} has no row(s) {unknown}; rows: {', '.join(r.key for r in table.rows)}")
+    writer = global_rank() == 0
+    state_path = out / f"{table.id}.state.json"
+    state = _read_state(state_path, table)
+    snapshot = json.loads(json.dumps(state))  # every rank decides from the same view
+    summary: dict[str, Any] = {"ran": [], "skipped_done": [], "skipped": [], "failed": [], "pending": []}
+
+    def save() -> None:
+        if writer:
+            write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
+            write_outputs(table, state, out, scale)
+
+    for row in table.rows:
+        if row.key not in wanted:
+            continue
+        if row.pending:
+            summary["pending"].append(row.key)
+            state["rows"][row.key] = {"status": STATUS_PENDING, "message": f"pending: {row.pending}", "scale": scale}
+            continue
+        source = table.row(row.parent) if row.evaluation else row
+        recipe_path = recipes / source.recipe
+        recipe_text = recipe_path.read_text(encoding="utf-8")
+        recipe = load_recipe(recipe_path)
+        fp = fingerprint(table, row, scale, recipe_text, extra, root)
+        previous = snapshot["rows"].get(row.key, {})
+        if previous.get("status") == STATUS_DONE and previous.get("fingerprint") == fp:
+            if row.evaluation is None or previous.get("parent_finished") == snapshot["rows"].get(row.parent, {}).get("finished"):
+                summary["skipped_done"].append(row.key)
+                log(f"[{table.id}] {row.key}: done before, skipped")
+                continue
+        entry: dict[str, Any] = {"scale": scale, "fingerprint": fp, "recipe": source.recipe, "started": time.time()}
+        data = recipe["data"]
+        corpus_options = dict(data.get("corpus_options") or {})
+        for key, value in row.overrides.items():
+            if key.startswith("data.corpus_options."):
+                corpus_options[key.split(".", 2)[2]] = value
+        why = missing_corpus(data.get("corpus", "ptb"), corpus_options, root if root is not None else data.get("data_root"))
+        if why:
+            entry.update(status=STATUS_SKIPPED, message=f"skipped: {why}")
+            state["rows"][row.key] = entry
+            summary["skipped"].append(row.key)
+            log(f"[{table.id}] {row.key}: skipped: {why}")
+            save()
+            continue
+        workdir = out / "runs" / table.id / row.key
+        log(f"[{table.id}] {row.key}: {'dynamic evaluation' if row.evaluation else 'fit + test'} of {source.recipe} ({scale})")
+        started = time.perf_counter()
+        try:
+            if row.evaluation:
+                parent_state = state["rows"].get(row.parent, {})
+                if parent_state.get("status") != STATUS_DONE:
+                    raise RuntimeError(f"needs row {row.parent} to be done first (its checkpoint is evaluated)")
+                if not writer:
+                    continue
+                result = run_dynamic(row, parent_state, recipe, root, scale)
+                entry["parent_finished"] = parent_state.get("finished")
+            else:
+                args = cli_arguments(recipe_path, merged_overrides(recipe, row, scale), root, extra)
+                resume = previous.get("fingerprint") == fp and previous.get("status") in (STATUS_FAILED, "running")
+                spec = {"args": args, "workdir": str(workdir), "metric": row.metric, "resume": resume}
+                entry.update(status="running", args=args)
+                state["rows"][row.key] = dict(entry)
+                save()
+                result = _run_row_isolated(spec, log) if isolate else run_row(spec)
+            if not result:
+                continue  # a non-zero rank under isolation: rank 0 reports
+            if result.get("measured") is None or not math.isfinite(result["measured"]):
+                raise RuntimeError(f"no finite {METRICS[row.metric]} measured (metrics: {result.get('metrics')})")
+            result["wall_seconds"] = time.perf_counter() - started
+            entry.update(status=STATUS_DONE, message="", finished=time.time(), **result)
+            summary["ran"].append(row.key)
+            log(f"[{table.id}] {row.key}: {row.metric} {result['measured']:.4f} (published {row.published}) in "
+                f"{result['wall_seconds']:.1f}s")
+        except Exception as err:  # noqa: BLE001 - a failed row is recorded and retried next time
+            from ..data.corpora import CorpusError
+
+            corpus_err = isinstance(err, CorpusError) or isinstance(getattr(err, "__cause__", None), CorpusError)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            if corpus_err:
+                entry.update(status=STATUS_SKIPPED, message=f"skipped: corpus missing: {first}")
+                summary["skipped"].append(row.key)
+            else:
+                entry.update(status=STATUS_FAILED, message=f"failed: {type(err).__name__}: {first}",
+                             traceback=traceback.format_exc(limit=20))
+                summary["failed"].append(row.key)
+            entry["wall_seconds"] = time.perf_counter() - started
+            log(f"[{table.id}] {row.key}: {entry['message']}")
+        state["rows"][row.key] = entry
+        save()
+    save()
+    summary["markdown"], summary["csv"] = out / f"{table.id}.md", out / f"{table.id}.csv"
+    return summary

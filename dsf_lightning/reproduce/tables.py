@@ -1,0 +1,312 @@
+"""The papers' tables as data: table id -> rows (recipe, published value, metric, split).
+
+Every row that trains names a recipe under ``recipes/`` (relative path) and, optionally, ``overrides``:
+dotted keys merged into the recipe (``{"model.cell_options.alpha": 0.85}`` for the SCRN alpha sweep).
+A row with ``evaluation="dynamic1"`` / ``"dynamic2"`` trains nothing: it evaluates the checkpoint of its
+``parent`` row with dynamic evaluation (DSF paper sec. 4.2: #1 adapts on the test split, #2 on the
+validation split and then the test split; SGD step 0.005), so it is an evaluation mode of the same model.
+A row with ``pending`` set needs a feature the library does not have yet; it is listed with that reason.
+
+Metrics: ``ppl`` (test perplexity, ``test_ppl``), ``bpc`` (bits per character, ``test_bpc``) and ``nll``
+(nats per symbol, ``test_loss``).
+
+>>> from dsf_lightning.reproduce.tables import get_table, list_tables
+>>> [t.id for t in list_tables()][:3]
+['dsf-table1-word', 'dsf-table1-char', 'dsf-table2']
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+METRICS = {"ppl": "test_ppl", "bpc": "test_bpc", "nll": "test_loss"}
+EVALUATIONS = ("dynamic1", "dynamic2")
+RECIPES_ENV = "DSF_RECIPES_DIR"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a paper's table."""
+
+    key: str  # unique within the table, used in file names
+    label: str  # the row as the paper names it
+    published: float
+    metric: str = "ppl"
+    recipe: str | None = None  # relative to the recipes folder
+    overrides: dict[str, Any] = field(default_factory=dict)
+    split: str = "test"
+    evaluation: str | None = None  # None: fit then test; "dynamic1" / "dynamic2": evaluate parent's checkpoint
+    parent: str | None = None
+    pending: str | None = None  # why the row cannot run yet
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"row {self.key}: metric must be one of {sorted(METRICS)}, got {self.metric!r}")
+        if self.evaluation is not None and (self.evaluation not in EVALUATIONS or not self.parent):
+            raise ValueError(f"row {self.key}: evaluation must be one of {EVALUATIONS} with a parent row")
+        if self.recipe is None and self.pending is None and self.evaluation is None:
+            raise ValueError(f"row {self.key}: needs a recipe, an evaluation of a parent row, or a pending reason")
+
+
+@dataclass(frozen=True)
+class Table:
+    id: str
+    title: str
+    paper: str  # papers/<file>.md
+    rows: tuple[Row, ...]
+    notes: tuple[str, ...] = ()
+
+    def row(self, key: str) -> Row:
+        for row in self.rows:
+            if row.key == key:
+                return row
+        raise KeyError(f"table {self.id} has no row {key!r}; rows: {', '.join(r.key for r in self.rows)}")
+
+
+DSF = "papers/delta_rnn_differential_state_framework.md"
+SCRN = "papers/scrn_reproducing_and_regularizing.md"
+RAN = "papers/ran_recurrent_additive_networks.md"
+IRLM = "papers/irlm_regularization_and_nonlinearities.md"
+SRNN = "papers/sr_rnn_state_regularized.md"
+DYNAMIC = ("dynamic evaluation of the parent row's checkpoint (test-then-train SGD, step 0.005; tokens/s counts "
+           "evaluated tokens)")
+
+
+def _dynamic(parent: Row, n: int, published: float) -> Row:
+    what = "on the test split" if n == 1 else "on the validation split, then the test split"
+    return Row(f"{parent.key}-dynamic{n}", f"{parent.label}, dynamic #{n}", published, parent.metric,
+               evaluation=f"dynamic{n}", parent=parent.key, note=f"{DYNAMIC}, {what}")
+
+
+def _dsf_table1(level: str) -> Table:
+    word = level == "word"
+    folder, metric = ("ptb", "ppl") if word else ("ptb_char", "bpc")
+    if word:
+        base = [
+            Row("elman", "RNN (Mikolov, 2012)", 124.7, metric, f"{folder}/elman.yaml"),
+            Row("lstm", "LSTM (Mikolov et al., 2014)", 115.0, metric, f"{folder}/lstm.yaml"),
+            Row("scrn", "SCRN (Mikolov et al., 2014)", 115.0, metric, "ptb/scrn_h100_s40.yaml",
+                note="Mikolov et al.'s 100 + 40 SCRN (SCRN paper Table 2 setting)"),
+            Row("mi-rnn", "MI-RNN (Wu et al. 2016, DSF impl.)", 109.2, metric, f"{folder}/mi_rnn.yaml"),
+        ]
+        delta, drop = (Row("delta-rnn", "Delta-RNN", 100.324, metric, f"{folder}/delta_rnn.yaml"),
+                       Row("delta-rnn-drop", "Delta-RNN-drop, static", 84.088, metric, f"{folder}/delta_rnn_drop.yaml"))
+        dyn = ((93.296, 90.301), (79.527, 78.029))
+    else:
+        base = [
+            Row("elman", "RNN (Mikolov et al., 2012)", 1.42, metric, f"{folder}/elman.yaml"),
+            Row("gru", "GRU (Jernite et al., 2016)", 1.42, metric, f"{folder}/gru.yaml"),
+            Row("mi-rnn", "MI-RNN (Wu et al., 2016)", 1.39, metric, f"{folder}/mi_rnn.yaml"),
+            Row("lstm", "LSTM (Krueger et al., 2016)", 1.356, metric, f"{folder}/lstm.yaml"),
+        ]
+        delta, drop = (Row("delta-rnn", "Delta-RNN", 1.347, metric, f"{folder}/delta_rnn.yaml"),
+                       Row("delta-rnn-drop", "Delta-RNN-drop, static", 1.251, metric, f"{folder}/delta_rnn_drop.yaml"))
+        dyn = ((1.331, 1.326), (1.247, 1.245))
+    rows = [*base, delta, _dynamic(delta, 1, dyn[0][0]), _dynamic(delta, 2, dyn[0][1]),
+            drop, _dynamic(drop, 1, dyn[1][0]), _dynamic(drop, 2, dyn[1][1])]
+    notes = ("Rows other than MI-RNN and Delta-RNN quote other papers' numbers; here every model is trained in the DSF "
+             "paper's setting (one-hot input, Adam, rate halving, early stopping with a lookahead of 10).",)
+    if not word:
+        notes += ("The DSF paper's character table has no SCRN row.",)
+    return Table(f"dsf-table1-{level}", f"DSF paper Table 1, Penn Treebank {'words (test PPL)' if word else 'characters (test BPC)'}",
+                 DSF, tuple(rows), notes)
+
+
+def _dsf_table2() -> Table:
+    published = {  # cell: (PTB-SW NLL, IMDB-SW NLL)
+        "elman": ("RNN", 1.8939, 2.1691), "scrn": ("SCRN", 1.8420, 2.2370), "mgu": ("MGU", 1.8694, 2.1312),
+        "mi_rnn": ("MI-RNN", 1.8441, 2.1741), "gru": ("GRU", 1.8251, 2.1551), "lstm": ("LSTM", 1.8412, 2.2080),
+        "delta_rnn": ("Delta-RNN", 1.8260, 2.1333),
+    }
+    rows = []
+    for corpus, folder, col in (("ptb", "ptb_subword", 1), ("imdb", "imdb_subword", 2)):
+        for name, values in published.items():
+            rows.append(Row(f"{corpus}-{name.replace('_', '-')}", f"{values[0]} ({corpus.upper()}-SW)", values[col], "nll",
+                            f"{folder}/{name}.yaml"))
+    return Table("dsf-table2", "DSF paper Table 2, subword LMs at a fixed parameter budget (test NLL, nats per subword)",
+                 DSF, tuple(rows),
+                 ("Budget: an LSTM with 100 units on PTB-SW, 50 on IMDB-SW (parameter_budget 'lstm:100' / 'lstm:50').",
+                  "The paper does not say whether its NLL is in nats or bits; test_loss (nats) is compared."))
+
+
+def _scrn_table2() -> Table:
+    rows = tuple(Row(f"h{h}-s{s}", f"SCRN {h} hidden + {s} context", v, "ppl", f"ptb/scrn_h{h}_s{s}.yaml",
+                     note=f"Mikolov et al.'s code: {orig}")
+                 for h, s, v, orig in ((40, 10, 128.0, "127.5 (127 reported)"), (90, 10, 118.6, "120.3 (119 reported)"),
+                                       (100, 40, 118.7, "122.9 (115 reported)"), (300, 40, 120.6, "124.4 (115 reported)")))
+    return Table("scrn-table2", "SCRN paper Table 2, the single-layer baseline on PTB (test PPL, the authors' implementation)",
+                 SCRN, rows)
+
+
+SCRN_T4 = {
+    ("ptb", "small"): {"nd": 95.8, "nd_wt": 94.1, "vd": 97.2, "vd_wt": 96.8},
+    ("ptb", "medium"): {"nd": 85.6, "nd_wt": 86.1, "vd": 90.7, "vd_wt": 90.7},
+    ("wikitext2", "small"): {"nd": 115.0, "nd_wt": 112.0, "vd": 120.1, "vd_wt": 112.2},
+    ("wikitext2", "medium"): {"nd": 100.8, "nd_wt": 98.5, "vd": 107.6, "vd_wt": 106.0},
+}
+
+
+def _scrn_table4() -> Table:
+    rows = []
+    for (corpus, size), values in SCRN_T4.items():
+        for variant, value in values.items():
+            label = "SCRN + " + variant.upper().replace("_", " + ")
+            rows.append(Row(f"{corpus}-{size}-{variant.replace('_', '-')}", f"{label}, {size} ({corpus})", value, "ppl",
+                            f"{corpus}/scrn_{size}_{variant}.yaml"))
+    return Table("scrn-table4", "SCRN paper Table 4, stacked and regularized SCRNs on PTB and WikiText-2 (test PPL)",
+                 SCRN, tuple(rows), ("The LSTM rows of Table 4 quote other papers (the RAN table's Zaremba LSTMs are "
+                                     "recipes ptb/lstm_zaremba_*.yaml).",))
+
+
+def _scrn_table5() -> Table:
+    rows = []
+    for size, full, noreg, noctxdrop, noctx in (("small", 94.1, 117.6, 103.6, 96.4), ("medium", 86.1, 140.2, 109.4, 87.6)):
+        rows += [
+            Row(f"{size}-full", f"SCRN + ND + WT, {size}", full, "ppl", f"ptb/scrn_{size}_nd_wt.yaml"),
+            Row(f"{size}-no-reg", f"- regularization, {size}", noreg, "ppl", f"ptb/scrn_{size}_nd_wt_no_reg.yaml"),
+            Row(f"{size}-no-context-dropout", f"- dropout of context, {size}", noctxdrop, "ppl",
+                pending="needs output dropout on h alone (y = [s; h * mask]); RecurrentLM drops the whole [s; h]"),
+            Row(f"{size}-no-context-softmax", f"- context in softmax, {size}", noctx, "ppl",
+                f"ptb/scrn_{size}_nd_wt_no_context_softmax.yaml"),
+        ]
+    return Table("scrn-table5", "SCRN paper Table 5, ablations of SCRN + ND + WT on PTB (test PPL)", SCRN, tuple(rows))
+
+
+SCRN_T6 = {"fr": (199, 205), "es": (179, 193), "de": (258, 277), "cs": (420, 488), "ru": (306, 351)}
+
+
+def _scrn_table6() -> Table:
+    rows = []
+    for lang, (scrn, lstm) in SCRN_T6.items():
+        rows.append(Row(f"{lang}-lstm", f"LSTM + VD + WT ({lang})", lstm, "ppl", f"wmt_small/lstm_medium_vd_wt_{lang}.yaml"))
+        rows.append(Row(f"{lang}-scrn", f"SCRNN + ND + WT ({lang})", scrn, "ppl", f"wmt_small/scrn_medium_nd_wt_{lang}.yaml"))
+    return Table("scrn-table6", "SCRN paper Table 6, medium models on non-English WMT data (test PPL)", SCRN, tuple(rows),
+                 ("LSTM + ND (Kim et al., 2016) quotes another paper and has no recipe.",))
+
+
+SCRN_T7 = {  # alpha: PTB, WikiText-2, FR, ES, DE, CS, RU
+    0.85: (88.0, 101.1, 205, 184, 264, 439, 313), 0.88: (87.5, 99.5, 198, 183, 262, 422, 309),
+    0.90: (86.1, 98.5, 199, 179, 258, 420, 306), 0.95: (87.2, 97.8, 197, 179, 260, 425, 307),
+    0.97: (86.0, 96.5, 199, 180, 261, 437, 313), 0.99: (92.4, 100.0, 213, 190, 287, 479, 326),
+}
+
+
+def _scrn_table7() -> Table:
+    corpora = [("ptb", "ptb/scrn_medium_nd_wt.yaml"), ("wikitext2", "wikitext2/scrn_medium_nd_wt.yaml")]
+    corpora += [(lang, f"wmt_small/scrn_medium_nd_wt_{lang}.yaml") for lang in ("fr", "es", "de", "cs", "ru")]
+    rows = []
+    for i, (corpus, recipe) in enumerate(corpora):
+        for alpha, values in SCRN_T7.items():
+            rows.append(Row(f"{corpus}-alpha{alpha:.2f}", f"alpha = {alpha:.2f} ({corpus})", float(values[i]), "ppl", recipe,
+                            overrides={"model.cell_options.alpha": alpha}))
+    return Table("scrn-table7", "SCRN paper Table 7, medium SCRN + ND + WT for different alpha (test PPL)", SCRN, tuple(rows),
+                 ("One recipe per corpus, run with model.cell_options.alpha overridden.",))
+
+
+def _ran_table1() -> Table:
+    rows = (
+        Row("medium-lstm", "LSTM (Zaremba et al., 2014), medium", 82.7, "ppl", "ptb/lstm_zaremba_medium.yaml"),
+        Row("medium-tanh", "tanh RAN, medium", 81.9, "ppl", "ptb/ran_medium_tanh.yaml"),
+        Row("medium-identity", "identity RAN, medium", 85.5, "ppl", "ptb/ran_medium_identity.yaml"),
+        Row("large-lstm", "LSTM (Zaremba et al., 2014), large", 78.4, "ppl", "ptb/lstm_zaremba_large.yaml"),
+        Row("large-tanh", "tanh RAN, large", 78.5, "ppl", "ptb/ran_large_tanh.yaml"),
+        Row("large-identity", "identity RAN, large", 83.2, "ppl", "ptb/ran_large_identity.yaml"),
+    )
+    return Table("ran-table1", "RAN paper Table 1, Penn Treebank (test PPL)", RAN, rows)
+
+
+def _ran_table3() -> Table:
+    return Table("ran-table3", "RAN paper Table 3, text8 characters (test BPC)", RAN,
+                 (Row("tanh-ran", "tanh RAN", 1.38, "bpc", "text8/ran_tanh.yaml"),),
+                 ("The other rows quote LSTM variants of other papers.",))
+
+
+def _irlm_table2() -> Table:
+    cn = Row("irlm-do-cn", "IRLM (DO & CN)", 102.5, "ppl", "ptb/irlm_do_cn.yaml")
+    rows = (
+        Row("rnn-no-reg", "RNN (no reg)", 126.0, "ppl", "ptb/elman_relu.yaml"),
+        Row("rnn-do-cn", "RNN (DO & CN)", 107.0, "ppl", "ptb/elman_relu_do_cn.yaml"),
+        Row("irlm-no-reg", "IRLM (no reg)", 137.0, "ppl", "ptb/irlm.yaml"),
+        Row("irlm-l1", "IRLM (L1 reg)", 125.0, "ppl", pending="needs an L1 weight penalty (no such regularizer yet)"),
+        Row("irlm-do", "IRLM (DO)", 109.0, "ppl", "ptb/irlm_do.yaml"),
+        cn,
+        Row("irlm-do-cn-dynamic", "dynamic IRLM (DO & CN)", 98.5, "ppl", evaluation="dynamic1", parent=cn.key,
+            note=f"{DYNAMIC}, on the test split"),
+    )
+    return Table("irlm-table2", "IRLM paper Table 2, Penn corpus, single models (test PPL)", IRLM, rows,
+                 ("The +KN5+cache and x10 ensemble columns are combinations this library does not build.",))
+
+
+def _srnn_wikipedia() -> Table:
+    rows = (
+        Row("rnn", "RNN", 125.7, "ppl", "srnn_wikipedia/elman.yaml"),
+        Row("lstm", "LSTM", 85.2, "ppl", "srnn_wikipedia/lstm.yaml"),
+        Row("lstm-p", "LSTM-p", 86.9, "ppl", "srnn_wikipedia/lstm_p.yaml"),
+        Row("sr-lstm", "sr-LSTM (k = 1000)", 82.7, "ppl", "srnn_wikipedia/sr_lstm.yaml"),
+        Row("sr-lstm-p", "sr-LSTM-p (k = 1000)", 81.3, "ppl", "srnn_wikipedia/sr_lstm_p.yaml"),
+    )
+    return Table("srnn-wikipedia", "sr-RNN paper appendix D Table 4, Wikipedia LM (test PPL)", SRNN, rows,
+                 ("Attention / key-value / HORNN rows quote other papers.",))
+
+
+TABLES: dict[str, Table] = {
+    t.id: t
+    for t in (
+        _dsf_table1("word"), _dsf_table1("char"), _dsf_table2(), _scrn_table2(), _scrn_table4(), _scrn_table5(),
+        _scrn_table6(), _scrn_table7(), _ran_table1(), _ran_table3(), _irlm_table2(), _srnn_wikipedia(),
+    )
+}
+
+
+def list_tables() -> list[Table]:
+    return list(TABLES.values())
+
+
+def get_table(table_id: str) -> Table:
+    try:
+        return TABLES[table_id]
+    except KeyError:
+        raise KeyError(f"unknown table {table_id!r}; known: {', '.join(TABLES)} (see `dsf list tables`)") from None
+
+
+def default_recipes_dir() -> Path:
+    """``$DSF_RECIPES_DIR``, else the ``recipes/`` folder of a source checkout, else ``./recipes``."""
+    if os.environ.get(RECIPES_ENV):
+        return Path(os.environ[RECIPES_ENV]).expanduser()
+    checkout = Path(__file__).resolve().parents[2] / "recipes"
+    return checkout if checkout.is_dir() else Path.cwd() / "recipes"
+
+
+def recipe_title(path: Path) -> str:
+    """The first header line of a recipe (``# Title``)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") and line.strip("# ").strip():
+            return line.lstrip("#").strip()
+    return ""
+
+
+def recipe_published(path: Path) -> str:
+    """The recipe's ``Paper:`` header line(s), joined."""
+    lines, grab = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if text.startswith("Paper:"):
+            grab, text = True, text[len("Paper:"):].strip()
+        elif re.match(r"^[A-Z][A-Za-z ]*:", text) or not text:
+            grab = False
+        if grab:
+            lines.append(text)
+    return " ".join(lines)
+
+
+def list_recipes(recipes_dir: Path | None = None) -> list[Path]:
+    """Every recipe (``*.yaml``) under the recipes folder, sorted, relative to it."""
+    root = Path(recipes_dir) if recipes_dir is not None else default_recipes_dir()
+    return sorted(p.relative_to(root) for p in root.rglob("*.yaml"))

@@ -1,0 +1,204 @@
+"""``dsf reproduce``: the table registry, a tiny end-to-end run, resuming, missing corpora, parameter budgets."""
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dsf_lightning.cli import main
+from dsf_lightning.model import LMConfig, RecurrentLM, count_parameters
+from dsf_lightning.reproduce import runner
+from dsf_lightning.reproduce.budget import hidden_size_for_budget, lm_parameter_count, resolve_budget
+from dsf_lightning.reproduce.tables import TABLES, default_recipes_dir, get_table, list_recipes
+from dsf_lightning.training import LanguageModelModule
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
+HAVE_PTB = (Path(DATA_ROOT) / "ptb" / "ptb.train.txt").is_file()
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ----------------------------------------------------------------------------------------- registry
+def test_every_row_names_an_existing_recipe_and_every_recipe_is_in_a_table():
+    recipes = default_recipes_dir()
+    assert recipes == ROOT / "recipes"
+    used = set()
+    for table in TABLES.values():
+        keys = [r.key for r in table.rows]
+        assert len(keys) == len(set(keys)), table.id
+        for row in table.rows:
+            if row.recipe:
+                assert (recipes / row.recipe).is_file(), (table.id, row.key, row.recipe)
+                used.add(row.recipe)
+            if row.evaluation:
+                assert table.row(row.parent).recipe, (table.id, row.key)
+    unused = {str(p) for p in list_recipes(recipes)} - used - {"ptb/delta_rnn_small.yaml", "ptb/delta_rnn_medium.yaml"}
+    assert not unused, f"recipes no table runs: {sorted(unused)}"
+
+
+def test_list_tables_and_recipes(capsys):
+    assert main(["list", "tables"]) == 0
+    out = capsys.readouterr().out
+    for table_id in ("dsf-table1-word", "dsf-table1-char", "dsf-table2", "scrn-table7", "ran-table1", "irlm-table2"):
+        assert table_id in out
+    assert main(["list", "recipes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(list_recipes()) and any(line.startswith("ptb/delta_rnn.yaml") for line in lines)
+
+
+def test_tiny_scale_shrinks_every_recipe_through_overrides():
+    recipes = default_recipes_dir()
+    for path in list_recipes(recipes):
+        recipe = runner.load_recipe(recipes / path)
+        row = runner.Row("x", "x", 1.0, recipe=str(path))
+        over = runner.merged_overrides(recipe, row, "tiny")
+        layers = recipe["model"].get("hidden_sizes", [256])
+        assert over["model.hidden_sizes"] == [16] * len(layers if isinstance(layers, list) else [layers]), path
+        assert over["trainer.max_epochs"] == 1 and over["trainer.limit_train_batches"] == 6, path
+        assert "model.parameter_budget" not in over or over["model.parameter_budget"] is None
+    assert runner.merged_overrides(recipe, row, "paper") == {}
+
+
+def test_row_overrides_merge_into_the_recipes_cell_options():
+    table = get_table("scrn-table7")
+    row = table.row("ptb-alpha0.85")
+    recipe = runner.load_recipe(default_recipes_dir() / row.recipe)
+    assert runner.merged_overrides(recipe, row, "paper") == {"model.cell_options": {"context_size": 120, "alpha": 0.85}}
+    assert recipe["model"]["cell_options"]["alpha"] == 0.9  # the recipe itself is untouched
+
+
+# ----------------------------------------------------------------------------------------- running
+@pytest.mark.corpus
+@pytest.mark.skipif(not HAVE_PTB, reason=f"PTB not under {DATA_ROOT}")
+def test_tiny_table1_word_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    code = main(["reproduce", "dsf-table1-word", "--scale", "tiny", "--data-root", DATA_ROOT, "--out", str(out)])
+    assert code == 0
+    table = get_table("dsf-table1-word")
+    rows = read_csv(out / "dsf-table1-word.csv")
+    assert [r["row"] for r in rows] == [r.key for r in table.rows]
+    for r in rows:
+        assert r["status"] == "done", r
+        measured, published = float(r["measured"]), float(r["published"])
+        assert measured > 1 and abs(float(r["difference"]) - (measured - published)) < 1e-3
+        assert float(r["wall_seconds"]) > 0 and float(r["tokens_per_second"]) > 0 and int(r["parameters"]) > 0
+    markdown = (out / "dsf-table1-word.md").read_text()
+    for row in table.rows:
+        assert f"(`{row.key}`)" in markdown
+    assert "torchrun" in markdown and "srun" in markdown
+    state = json.loads((out / "dsf-table1-word.state.json").read_text())
+    checkpoint = Path(state["rows"]["delta-rnn"]["checkpoint"])
+    stamp = checkpoint.stat().st_mtime_ns
+
+    # the second run trains nothing: every row is skipped as done
+    def no_training(spec):
+        raise AssertionError("a finished row was run again")
+
+    monkeypatch.setattr(runner, "run_row", no_training)
+    monkeypatch.setattr(runner, "run_dynamic", no_training)
+    summary = runner.run_table("dsf-table1-word", scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
+    assert summary["ran"] == [] and summary["skipped_done"] == [r.key for r in table.rows]
+    assert checkpoint.stat().st_mtime_ns == stamp
+
+    # a crashed row is retried (and only that row)
+    state["rows"]["elman"]["status"] = "failed"
+    (out / "dsf-table1-word.state.json").write_text(json.dumps(state))
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    summary = runner.run_table("dsf-table1-word", scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
+    assert summary["ran"] == ["elman"]
+    assert read_csv(out / "dsf-table1-word.csv")[0]["status"] == "done"
+
+
+def test_rows_whose_corpus_is_missing_are_skipped_and_named(tmp_path):
+    summary = runner.run_table("scrn-table6", scale="tiny", data_root=tmp_path / "empty", out=tmp_path / "out",
+                               rows=["fr-scrn", "de-lstm"], log=lambda _: None)
+    assert summary["skipped"] == ["fr-scrn", "de-lstm"] and not summary["ran"] and not summary["failed"]
+    rows = {r["row"]: r for r in read_csv(tmp_path / "out" / "scrn-table6.csv")}
+    assert rows["fr-scrn"]["status"] == "skipped"
+    assert "corpus missing" in rows["fr-scrn"]["message"]
+    assert "wmt_botha2014_small/fr/train.txt" in rows["fr-scrn"]["message"]
+    assert rows["es-scrn"]["status"] == "not run"  # filtered out by --rows, still listed
+    assert "skipped: corpus missing" in (tmp_path / "out" / "scrn-table6.md").read_text()
+
+
+def test_pending_rows_are_listed_with_their_reason(tmp_path):
+    summary = runner.run_table("irlm-table2", scale="tiny", data_root=tmp_path, out=tmp_path / "out",
+                               rows=["irlm-l1"], log=lambda _: None)
+    assert summary["pending"] == ["irlm-l1"]
+    row = next(r for r in read_csv(tmp_path / "out" / "irlm-table2.csv") if r["row"] == "irlm-l1")
+    assert row["status"] == "pending" and "L1" in row["message"]
+
+
+def test_unknown_table_or_row_is_a_clear_error(tmp_path):
+    with pytest.raises(KeyError, match="dsf-table1-word"):
+        runner.run_table("no-such-table", out=tmp_path)
+    with pytest.raises(KeyError, match="no row"):
+        runner.run_table("dsf-table1-word", out=tmp_path, rows=["nope"])
+
+
+# ----------------------------------------------------------------------------------------- budgets
+def real_count(cell, hidden, vocab, embedding_size=0, layers=1, tie_weights=False, **options):
+    config = LMConfig(vocab_size=vocab, cell=cell, hidden_sizes=[hidden] * layers, embedding_size=embedding_size,
+                      tie_weights=tie_weights, cell_options=options)
+    return count_parameters(RecurrentLM(config))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "delta-rnn"])
+@pytest.mark.parametrize("vocab,reference", [(2404, 100), (1926, 50), (50, 30)])
+def test_the_budget_picks_the_size_whose_counted_parameters_are_closest(cell, vocab, reference):
+    budget = real_count("lstm", reference, vocab)
+    assert lm_parameter_count("lstm", reference, vocab, embedding_size=0) == budget  # meta count == real count
+    h = hidden_size_for_budget(cell, budget, vocab, embedding_size=0)
+    gap = abs(real_count(cell, h, vocab) - budget)
+    assert gap <= abs(real_count(cell, h - 1, vocab) - budget)
+    assert gap <= abs(real_count(cell, h + 1, vocab) - budget)
+    assert h == hidden_size_for_budget(cell, f"lstm:{reference}", vocab, embedding_size=0)
+
+
+def test_budget_reproduces_the_dsf_papers_imdb_parameter_counts():
+    # DSF Table 2, IMDB-SW: 1,926 symbols, the budget of an LSTM with 50 units
+    budget = resolve_budget("lstm:50", 1926, embedding_size=0)
+    for cell, paper in (("mgu", 495_444), ("mi-rnn", 495_446), ("delta-rnn", 495_570)):
+        h = hidden_size_for_budget(cell, budget, 1926, embedding_size=0)
+        assert lm_parameter_count(cell, h, 1926, embedding_size=0) == paper
+
+
+def test_budget_with_embeddings_layers_and_tying():
+    budget = 200_000
+    h = hidden_size_for_budget("scrn", budget, 500, layers=2, embedding_size=None, tie_weights=True,
+                               cell_options={"context_size": 8})
+    counts = {d: real_count("scrn", h + d, 500, embedding_size=None, layers=2, tie_weights=True, context_size=8)
+              for d in (-1, 0, 1)}
+    assert abs(counts[0] - budget) == min(abs(c - budget) for c in counts.values())
+
+
+def test_module_parameter_budget_overrides_hidden_sizes():
+    module = LanguageModelModule(vocab_size=2404, cell="gru", hidden_sizes=[7], parameter_budget="lstm:100",
+                                 embedding_size=0)
+    h = hidden_size_for_budget("gru", "lstm:100", 2404, embedding_size=0)
+    assert module.hparams.hidden_sizes == [h] == module.budget_hidden_sizes
+    assert module.model.config.hidden_sizes == [h]
+    assert abs(module.num_parameters - resolve_budget("lstm:100", 2404, embedding_size=0)) < 5_000
+
+
+def test_lr_decay_after_epoch_is_zarembas_schedule():
+    module = LanguageModelModule(vocab_size=11, hidden_sizes=[4], optimizer="sgd", lr=1.0, lr_decay_factor=0.5,
+                                 lr_decay_after_epoch=2)
+    config = module.configure_optimizers()
+    scheduler = config["lr_scheduler"]["scheduler"]
+    rates = []
+    for _ in range(4):
+        rates.append(config["optimizer"].param_groups[0]["lr"])
+        config["optimizer"].step()
+        scheduler.step()
+    assert rates == [1.0, 1.0, 0.5, 0.25]
+    with pytest.raises(ValueError, match="two schedules"):
+        LanguageModelModule(vocab_size=11, hidden_sizes=[4], lr_decay_after_epoch=2, lr_halving_patience=0)
