@@ -1,0 +1,196 @@
+"""Checkpoint files that are never half-written, and never unpickled beyond plain data.
+
+Lightning's ``TorchCheckpointIO`` serializes the whole checkpoint into memory, then (through fsspec's
+transaction) writes it to a temporary file made by ``tempfile.mkstemp()`` in the *system* temporary
+folder and ``shutil.move``\\ s it onto the target. That is an atomic rename only when the system
+temporary folder and the checkpoint folder are on the same file system; otherwise ``shutil.move``
+falls back to copying into the target path, truncating the previous ``last.ckpt`` first, so a kill
+during the copy leaves a truncated ``last.ckpt``. Nothing is fsynced (a power cut can leave an empty
+file behind the rename), and every killed save leaves a checkpoint-sized orphan in ``/tmp``.
+
+:class:`AtomicCheckpointIO` writes the checkpoint straight into a hidden temporary file *in the
+checkpoint's own folder* (``.last.ckpt.tmp-<host>-<pid>-<random>``), fsyncs it, ``os.replace``\\ s it
+onto the target and fsyncs the folder. A reader, or a run resumed after a SIGKILL at any instant,
+finds either the previous complete file or the new complete file. Temporary files that a killed
+process of this machine left behind are removed by the next save of the same target. The ``dsf``
+command line uses it by default.
+
+Loading defaults to ``torch.load(weights_only=True)`` whatever ``torch``'s own default or the
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` environment variable say, for local paths and URLs alike: a
+checkpoint holding arbitrary Python objects (a pickle payload) is refused with
+:class:`CheckpointLoadError` instead of being executed. Pass ``weights_only=False`` explicitly (e.g.
+``trainer.fit(..., weights_only=False)``) only for a file you trust.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import socket
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from lightning.fabric.utilities.cloud_io import _load as pl_load
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+__all__ = ["AtomicCheckpointIO", "CheckpointLoadError", "atomic_torch_save", "remove_stale_temporaries"]
+
+_TMP_MARK = ".tmp-"
+
+
+class CheckpointLoadError(ValueError):
+    """A checkpoint cannot be loaded safely (it holds objects that weights-only loading refuses,
+    or it is not a readable checkpoint). The message names the file and what to do."""
+
+
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}{_TMP_MARK}"
+
+
+def _fsync_dir(folder: Path) -> None:
+    if sys.platform.startswith("win"):  # pragma: no cover - folders cannot be fsynced there
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on folders; the file itself is synced
+        pass
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, but someone else's
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files that killed saves of ``path`` left beside it.
+
+    Only files written by a process of *this* machine that no longer runs are removed (the host and
+    process id are in the name), so a concurrent save of another process or node is never touched.
+    Returns the paths removed.
+    """
+    path = Path(path)
+    host = _host_tag()
+    removed = []
+    try:
+        candidates = list(path.parent.glob(_tmp_prefix(path) + "*"))
+    except OSError:
+        return removed
+    pattern = re.compile(re.escape(_tmp_prefix(path)) + r"(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+$")
+    for candidate in candidates:
+        match = pattern.match(candidate.name)
+        if match is None or match["host"] != host or _pid_alive(int(match["pid"])):
+            continue
+        try:
+            candidate.unlink()
+            removed.append(candidate)
+        except OSError:
+            pass
+    return removed
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike, *, write: Optional[Callable[[Any, Any], None]] = None) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically: hidden temporary file in the same folder, fsync,
+    ``os.replace``, fsync of the folder. On any error the temporary file is removed and ``path`` is
+    left as it was. ``write(obj, file)`` replaces ``torch.save`` (for tests that inject faults)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
+    tmp = path.parent / f"{_tmp_prefix(path)}{_host_tag()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        with open(tmp, "wb") as f:
+            (write or torch.save)(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():  # keep the permissions of the file being replaced
+            try:
+                os.chmod(tmp, path.stat().st_mode & 0o777)
+            except OSError:
+                pass
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` with atomic, fsynced saves and weights-only loading by default.
+
+    Use it as a Trainer plugin: ``L.Trainer(plugins=[AtomicCheckpointIO()])`` (the ``dsf`` command line
+    adds it unless another ``CheckpointIO`` plugin is given). Remote paths (``s3://`` ...) are handed
+    to Lightning's own fsspec writer, which is atomic on object stores.
+
+    Args:
+        weights_only: what loading uses when the caller does not say (``True``: refuse pickled objects).
+    """
+
+    def __init__(self, weights_only: bool = True) -> None:
+        super().__init__()
+        self.default_weights_only = bool(weights_only)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+        if storage_options is not None:
+            raise TypeError(
+                f"`Trainer.save_checkpoint(..., storage_options=...)` is not supported by {type(self).__name__}"
+            )
+        if "://" in str(path) and not str(path).startswith("file://"):
+            return super().save_checkpoint(checkpoint, path)
+        local = Path(str(path)[len("file://"):] if str(path).startswith("file://") else path)
+        self._write_atomically(checkpoint, local)
+
+    def _write_atomically(self, checkpoint: dict[str, Any], path: Path) -> None:
+        """The atomic write (a seam for fault-injection tests)."""
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(
+        self,
+        path: _PATH,
+        map_location: Optional[Callable] = lambda storage, loc: storage,
+        weights_only: Optional[bool] = None,
+    ) -> dict[str, Any]:
+        if weights_only is None:
+            weights_only = self.default_weights_only
+        fs = get_filesystem(path)
+        if not fs.exists(path):
+            raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        try:
+            return pl_load(path, map_location=map_location, weights_only=weights_only)
+        except pickle.UnpicklingError as err:
+            found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
+            what = found.group(0).strip() if found else str(err).strip().splitlines()[0]
+            raise CheckpointLoadError(
+                f"{path}: holds Python objects that weights-only loading refuses ({what}); nothing was "
+                "unpickled. Resume only from checkpoints you trust: if you do trust this one, pass "
+                "weights_only=False to Trainer.fit / validate / test, or allow the type with "
+                "torch.serialization.add_safe_globals([...])"
+            ) from None
+        except (EOFError, RuntimeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise CheckpointLoadError(f"{path}: not a readable checkpoint ({first}); is the file complete?") from None
