@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dsf_lightning.cli import lightning_cli
 from dsf_lightning.data.corpora import CorpusError
@@ -39,10 +40,30 @@ def tiny_folder(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def stand_in_stage1(tmp_path_factory, tiny_folder):
+    """A tiny pretrained Delta-RNN folder standing in for a recipe's earlier stage (``model.init_from``)."""
+    from dsf_lightning.data.corpora import load_corpus
+    from dsf_lightning.hub.format import Pretrained, save_pretrained
+    from dsf_lightning.model import LMConfig, RecurrentLM
+
+    corpus = load_corpus("text-folder", data_root=str(tiny_folder), cache=False, unk="<unk>")
+    config = LMConfig(vocab_size=len(corpus.vocab), cell="delta-rnn", hidden_sizes=[8], embedding_size=8, tie_weights=True)
+    folder = tmp_path_factory.mktemp("stage1") / "stage1"
+    return save_pretrained(Pretrained(RecurrentLM(config), corpus.vocab, corpus.tokenizer, {"corpus": "text-folder"}), folder)
+
+
+def _init_from(recipe):
+    model = (yaml.safe_load(recipe.read_text()) or {}).get("model") or {}
+    return model.get("init_from")
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=[str(p.relative_to(ROOT / "recipes")) for p in RECIPES])
-def test_recipe_instantiates_through_the_cli(recipe, tiny_folder, tmp_path, monkeypatch):
+def test_recipe_instantiates_through_the_cli(recipe, tiny_folder, stand_in_stage1, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ folders land here
     args = ["--config", str(recipe), "--data.data_root", DATA_ROOT]
+    if _init_from(recipe):  # the earlier stage's output (a run folder) is not part of a checkout
+        args += ["--model.init_from", str(stand_in_stage1)]
     try:
         cli = lightning_cli(args, run=False)
     except (CorpusError, SystemExit):
