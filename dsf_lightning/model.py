@@ -85,19 +85,43 @@ class LMConfig:
     variational: bool = False
 
     def __post_init__(self) -> None:
+        """Check every field's type and range; :class:`ModelConfigError` names the field at fault."""
         try:
             check_positive_int("vocab_size", self.vocab_size)
-            if isinstance(self.hidden_sizes, int):
+            if not isinstance(self.cell, str) or not self.cell:
+                raise ModelConfigError(f"cell must be the name of a registered cell (e.g. 'delta-rnn'), got {self.cell!r:.80}")
+            if isinstance(self.hidden_sizes, int) and not isinstance(self.hidden_sizes, bool):
                 self.hidden_sizes = [self.hidden_sizes]
+            if not isinstance(self.hidden_sizes, (list, tuple)):
+                raise ModelConfigError(
+                    f"hidden_sizes must be a list of positive integers (one size per layer), got {self.hidden_sizes!r:.80}"
+                )
             self.hidden_sizes = list(self.hidden_sizes)
             if not self.hidden_sizes:
                 raise ModelConfigError("hidden_sizes must list at least one layer size")
             for i, size in enumerate(self.hidden_sizes):
                 check_positive_int(f"hidden_sizes[{i}]", size)
+            if not isinstance(self.cell_options, dict):
+                raise ModelConfigError(
+                    f"cell_options must be a dict of the cell's keyword options (e.g. {{'dropout': 0.1}}), "
+                    f"got {self.cell_options!r:.80}"
+                )
+            bad_keys = [k for k in self.cell_options if not isinstance(k, str)]
+            if bad_keys:
+                raise ModelConfigError(f"cell_options keys must be option names (strings), got {bad_keys[:5]!r:.80}")
+            self.cell_options = dict(self.cell_options)
             if self.embedding_size is None:
                 self.embedding_size = self.hidden_sizes[-1]
+            elif isinstance(self.embedding_size, bool) or not isinstance(self.embedding_size, int):
+                raise ModelConfigError(
+                    f"embedding_size must be a non-negative integer (0: one-hot input) or None (the top layer's "
+                    f"size), got {self.embedding_size!r:.80}"
+                )
             elif self.embedding_size != 0:
                 check_positive_int("embedding_size", self.embedding_size)
+            for name in ("tie_weights", "variational"):
+                if not isinstance(getattr(self, name), bool):
+                    raise ModelConfigError(f"{name} must be true or false, got {getattr(self, name)!r:.80}")
             for name in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output"):
                 check_probability(name, getattr(self, name), closed_top=False)
         except CellOptionError as err:
@@ -146,10 +170,22 @@ class LMConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LMConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        """The config :meth:`to_dict` gave; a missing, unknown or wrongly typed field raises
+        :class:`ModelConfigError` naming it."""
+        if not isinstance(data, dict):
+            raise ModelConfigError(f"a model config must be a dict of fields, got {type(data).__name__} {data!r:.80}")
+        fields = dataclasses.fields(cls)
+        known = {f.name for f in fields}
+        unknown = sorted(set(data) - known, key=str)
         if unknown:
             raise ModelConfigError(f"unknown model config field(s) {unknown}; known: {sorted(known)}")
+        required = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ModelConfigError(
+                f"the model config lacks the required field(s) {', '.join(missing)} "
+                "(vocab_size: the number of symbols in the vocabulary); add it"
+            )
         return cls(**data)
 
 
@@ -173,8 +209,14 @@ class RecurrentLM(nn.Module):
         self.embedding = nn.Embedding(V, E) if E else None
         layers: list[RecurrentCell] = []
         input_size = E or V
-        for size in config.hidden_sizes:
-            layer = build_cell(config.cell, input_size, size, **config.cell_options)
+        for i, size in enumerate(config.hidden_sizes):
+            try:
+                layer = build_cell(config.cell, input_size, size, **config.cell_options)
+            except CellOptionError as err:
+                raise ModelConfigError(
+                    f"cannot build layer {i} (cell {config.cell!r}, input_size={input_size}, hidden_size={size}, "
+                    f"cell_options={config.cell_options!r:.200}): {err}"
+                ) from None
             layers.append(layer)
             input_size = layer.output_size
         self.layers = nn.ModuleList(layers)

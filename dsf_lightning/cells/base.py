@@ -35,6 +35,12 @@ class CellOptionError(ValueError):
     """A cell was built with an option it cannot take (the message names the option)."""
 
 
+class UnknownCellOptionError(CellOptionError, TypeError):
+    """A cell was built (through :func:`~dsf_lightning.cells.build_cell`) with an option its ``__init__``
+    does not take; the message names the option, the cell and the options it accepts. Also a
+    ``TypeError``, which is what calling the class directly with that keyword raises."""
+
+
 def check_positive_int(name: str, value: object) -> int:
     """Return ``value`` if it is a positive integer, else raise :class:`CellOptionError` naming it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

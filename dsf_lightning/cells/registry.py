@@ -8,10 +8,11 @@ which is loaded the first time a name is looked up.
 from __future__ import annotations
 
 import difflib
+import inspect
 from importlib import metadata
 from typing import Callable, TypeVar
 
-from .base import RecurrentCell
+from .base import RecurrentCell, UnknownCellOptionError
 
 ENTRY_POINT_GROUP = "dsf_lightning.cells"
 
@@ -82,6 +83,57 @@ def get_cell(name: str) -> type[RecurrentCell]:
         ) from None
 
 
-def build_cell(name: str, input_size: int, hidden_size: int, **options: object) -> RecurrentCell:
-    """Build the cell registered under ``name`` (the config-friendly path: names and numbers only)."""
-    return get_cell(name)(input_size, hidden_size, **options)
+SIZE_ARGUMENTS = ("input_size", "hidden_size")
+
+
+def cell_options(cls: type[RecurrentCell]) -> list[str] | None:
+    """The keyword options ``cls.__init__`` takes besides ``input_size`` / ``hidden_size`` (in signature
+    order), or ``None`` when it takes any keyword (``**kwargs``)."""
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())
+    except (TypeError, ValueError):  # pragma: no cover - no introspectable signature
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [
+        p.name for p in params[1:]  # [0] is self
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in SIZE_ARGUMENTS
+    ]
+
+
+def check_cell_options(name: str, cls: type[RecurrentCell], options: dict) -> None:
+    """Raise :class:`~dsf_lightning.cells.base.UnknownCellOptionError` (a ``CellOptionError``) for an
+    option the cell ``name`` does not take, listing the ones it does."""
+    sizes = [k for k in options if k in SIZE_ARGUMENTS]
+    if sizes:
+        raise UnknownCellOptionError(
+            f"cell {name!r}: {' and '.join(sizes)} cannot be a cell option: the model sets the sizes "
+            "(use hidden_sizes / embedding_size); remove it from the cell options"
+        )
+    accepted = cell_options(cls)
+    if accepted is None:
+        return
+    unknown = [k for k in options if k not in accepted]
+    if unknown:
+        takes = f"it accepts: {', '.join(accepted)}" if accepted else "it takes no options"
+        hints = []
+        for option in unknown:
+            close = difflib.get_close_matches(str(option), accepted, n=1)
+            if close:
+                hints.append(f"{close[0]!r} for {option!r}")
+        hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
+        raise UnknownCellOptionError(
+            f"cell {name!r} does not take the option(s) {', '.join(map(repr, unknown))}{hint}; {takes}. "
+            "Remove the option or choose a cell that takes it"
+        )
+
+
+def build_cell(name: str, input_size: int, hidden_size: int, /, **options: object) -> RecurrentCell:
+    """Build the cell registered under ``name`` (the config-friendly path: names and numbers only).
+
+    Raises :class:`UnknownCellError` for an unknown name and a ``CellOptionError`` for an option the
+    cell does not take (naming it and the options the cell accepts) or cannot accept.
+    """
+    cls = get_cell(name)
+    check_cell_options(name, cls, options)
+    return cls(input_size, hidden_size, **options)

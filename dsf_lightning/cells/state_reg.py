@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import CellOptionError, MaybeMasks, RecurrentCell, State, check_choice, check_positive_int
-from .registry import get_cell, register_cell
+from .registry import build_cell, register_cell
 
 SCORES = ("dot", "distance")
 MODES = ("soft", "hard", "sample")
@@ -58,8 +58,8 @@ def check_temperature(value: object) -> float:
 
 def check_base_options(value: object) -> dict:
     """Return a copy of ``base_options`` (``None`` -> ``{}``); anything but a dict raises naming it."""
-    if value is not None and not isinstance(value, dict):
-        raise CellOptionError(f"base_options must be a dict of options or None, got {value!r}")
+    if value is not None and not (isinstance(value, dict) and all(isinstance(k, str) for k in value)):
+        raise CellOptionError(f"base_options must be a dict of options (by name) or None, got {value!r}")
     return dict(value or {})
 
 
@@ -127,7 +127,8 @@ class StateRegularizedCell(RecurrentCell):
         self.base_options = check_base_options(base_options)
         self.base_name = base
         # the recurrent component (eq. 1); UnknownCellError for an unknown name
-        self.base = get_cell(base)(input_size, hidden_size, **self.base_options)
+        # (build_cell: an option the base cell does not take is a CellOptionError naming it)
+        self.base = build_cell(base, input_size, hidden_size, **self.base_options)
 
         n_states = len(self.base.state_sizes)
         index_ok = isinstance(state_index, int) and not isinstance(state_index, bool)

@@ -15,6 +15,24 @@ import lightning as L
 from .streams import StreamWindows
 
 
+def _check_corpus(corpus: Any) -> None:
+    """A corpus name, or a loaded corpus (a ``Corpus``, or any object with a string ``name``, a ``vocab``
+    and a dict of ``splits``); anything else raises a ValueError saying what to pass."""
+    if isinstance(corpus, str):
+        if not corpus.strip():
+            raise ValueError("corpus (data.corpus in a recipe) is empty: give a corpus name (`dsf list corpora`) or a loaded Corpus")
+        return
+    missing = [attr for attr in ("name", "vocab", "splits") if not hasattr(corpus, attr)]
+    if missing or not isinstance(corpus.name, str) or not isinstance(corpus.splits, dict):
+        from .corpora import list_corpora
+
+        raise ValueError(
+            f"corpus (data.corpus in a recipe) must be a corpus name (a string: one of {', '.join(list_corpora())}) or a loaded Corpus, "
+            f"got {type(corpus).__name__} {corpus!r:.80}; in a recipe or on the command line write the name, "
+            "e.g. --data.corpus ptb"
+        )
+
+
 class LanguageModelDataModule(L.LightningDataModule):
     """Stream windows over a corpus.
 
@@ -42,6 +60,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         vocab_from: str | None = None,
     ) -> None:
         super().__init__()
+        _check_corpus(corpus)
         self.vocab_from = vocab_from
         self.corpus_name = corpus if isinstance(corpus, str) else corpus.name
         self._corpus = None if isinstance(corpus, str) else corpus

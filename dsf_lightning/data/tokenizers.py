@@ -15,6 +15,7 @@ sec. 4.3; ``papers/delta_rnn_differential_state_framework.md``), see :class:`Sub
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -51,29 +52,94 @@ def list_tokenizers() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _accepted_options(cls: type) -> list[str] | None:
+    """The keyword options ``cls.__init__`` takes, or None when it takes ``**kwargs``."""
+    try:
+        params = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+
+
 def get_tokenizer(name: str, **options) -> "Tokenizer":
     """A new tokenizer by registered name (``word``, ``char``, ``subword``) with its options."""
+    if not isinstance(name, str):
+        raise TokenizerError(
+            f"a tokenizer name must be a string, got {type(name).__name__} {name!r:.80}; known: {', '.join(list_tokenizers())}"
+        )
     try:
         cls = _REGISTRY[name]
     except KeyError:
         raise TokenizerError(f"unknown tokenizer {name!r}; known: {', '.join(list_tokenizers())}") from None
+    accepted = _accepted_options(cls)
+    if accepted is not None:
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise TokenizerError(
+                f"bad options for tokenizer {name!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"it takes: {', '.join(accepted) or 'no options'}"
+            )
     try:
         return cls(**options)
+    except TokenizerError as err:
+        raise TokenizerError(f"bad options for tokenizer {name!r}: {err}") from None
     except TypeError as err:
         raise TokenizerError(f"bad options for tokenizer {name!r}: {err}") from err
 
 
 def tokenizer_from_json(text: str) -> "Tokenizer":
-    """Rebuild any registered tokenizer (options and learned state) from :meth:`Tokenizer.to_json`."""
+    """Rebuild any registered tokenizer (options and learned state) from :meth:`Tokenizer.to_json`.
+
+    Anything malformed (not JSON, another format, a missing or wrongly typed field, an unknown option,
+    an option or state of the wrong type) raises :class:`TokenizerError` naming the field.
+    """
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, TypeError) as err:
         raise TokenizerError(f"invalid tokenizer JSON: {err}") from err
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise TokenizerError(f"not a {FORMAT} document")
-    tok = get_tokenizer(data["name"], **data.get("options", {}))
-    tok.set_state(data.get("state", {}))
+        raise TokenizerError(f"not a {FORMAT} document (its 'format' field must be {FORMAT!r})")
+    known = ", ".join(list_tokenizers())
+    if "name" not in data:
+        raise TokenizerError(f"tokenizer JSON has no 'name' field: it must name the tokenizer (one of {known})")
+    name = data["name"]
+    if not isinstance(name, str):
+        raise TokenizerError(f"tokenizer JSON field 'name' must be a string (one of {known}), got {name!r:.80}")
+    options, state = data.get("options", {}), data.get("state", {})
+    if not isinstance(options, dict):
+        raise TokenizerError(
+            f"tokenizer JSON field 'options' must be an object of keyword options (or absent), got {options!r:.80}"
+        )
+    if not isinstance(state, dict):
+        raise TokenizerError(f"tokenizer JSON field 'state' must be an object (or absent), got {state!r:.80}")
+    tok = get_tokenizer(name, **options)
+    try:
+        tok.set_state(state)
+    except TokenizerError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # a registered tokenizer's own set_state
+        raise TokenizerError(f"tokenizer JSON field 'state' is not a valid state for tokenizer {name!r}: {err!r}") from None
     return tok
+
+
+def _check_eos(value: object, name: str = "eos") -> str | None:
+    if value is not None and not (isinstance(value, str) and value):
+        raise TokenizerError(f"{name} must be a non-empty string or None, got {value!r:.80}")
+    return value
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TokenizerError(f"{name} must be true or false, got {value!r:.80}")
+    return value
+
+
+def _check_str_list(name: str, value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise TokenizerError(f"{name} must be a list of non-empty strings, got {value!r:.80}")
+    return list(value)
 
 
 class Tokenizer:
@@ -83,7 +149,7 @@ class Tokenizer:
     needs_fit: ClassVar[bool] = False
 
     def __init__(self, *, eos: str | None = "<eos>"):
-        self.eos = eos
+        self.eos = _check_eos(eos)
 
     def tokenize_line(self, line: str) -> list[str]:
         raise NotImplementedError
@@ -101,8 +167,10 @@ class Tokenizer:
         return {}
 
     def set_state(self, state: dict) -> None:
+        if not isinstance(state, dict):
+            raise TokenizerError(f"tokenizer state must be a dict, got {state!r:.80}")
         if state:
-            raise TokenizerError(f"tokenizer {self.name!r} has no state, got keys {sorted(state)}")
+            raise TokenizerError(f"tokenizer {self.name!r} has no state, got keys {sorted(map(str, state))}")
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "name": self.name, "options": self.options(), "state": self.state()}
@@ -133,7 +201,7 @@ class WordTokenizer(Tokenizer):
 
     def __init__(self, *, eos: str | None = "<eos>", lowercase: bool = False):
         super().__init__(eos=eos)
-        self.lowercase = bool(lowercase)
+        self.lowercase = _check_bool("lowercase", lowercase)
 
     def options(self) -> dict:
         return {"eos": self.eos, "lowercase": self.lowercase}
@@ -155,10 +223,10 @@ class CharTokenizer(Tokenizer):
 
     def __init__(self, *, eos: str | None = "<eos>", mode: str = "plain", space: str = "_"):
         super().__init__(eos=eos)
-        if mode not in self.MODES:
-            raise TokenizerError(f"char tokenizer mode must be one of {self.MODES}, got {mode!r}")
-        if len(space) != 1:
-            raise TokenizerError(f"space symbol must be one character, got {space!r}")
+        if not isinstance(mode, str) or mode not in self.MODES:
+            raise TokenizerError(f"char tokenizer mode must be one of {self.MODES}, got {mode!r:.80}")
+        if not isinstance(space, str) or len(space) != 1:
+            raise TokenizerError(f"space symbol must be one character, got {space!r:.80}")
         self.mode, self.space = mode, space
 
     def options(self) -> dict:
@@ -271,10 +339,15 @@ class SubwordTokenizer(Tokenizer):
         boundary: str | None = None,
     ):
         super().__init__(eos=eos)
-        if min_count < 1:
-            raise TokenizerError(f"min_count must be >= 1, got {min_count}")
-        self.min_count, self.max_subwords = int(min_count), max_subwords
-        self.vowels, self.lowercase, self.boundary = vowels.lower(), bool(lowercase), boundary
+        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+            raise TokenizerError(f"min_count must be an integer >= 1, got {min_count!r:.80}")
+        if max_subwords is not None and (isinstance(max_subwords, bool) or not isinstance(max_subwords, int) or max_subwords < 0):
+            raise TokenizerError(f"max_subwords must be a non-negative integer or None, got {max_subwords!r:.80}")
+        if not isinstance(vowels, str):
+            raise TokenizerError(f"vowels must be a string of vowel characters (e.g. 'aeiou'), got {vowels!r:.80}")
+        self.min_count, self.max_subwords = min_count, max_subwords
+        self.vowels, self.lowercase = vowels.lower(), _check_bool("lowercase", lowercase)
+        self.boundary = _check_eos(boundary, "boundary")
         self.subwords: list[str] | None = None  # kept subwords, most frequent first
         self.chars: list[str] = []
         self._kept: set[str] = set()
@@ -294,10 +367,20 @@ class SubwordTokenizer(Tokenizer):
         return {} if self.subwords is None else {"subwords": self.subwords, "chars": self.chars}
 
     def set_state(self, state: dict) -> None:
+        """``{}`` (not fitted) or ``{"subwords": [...], "chars": [...]}`` as :meth:`state` gives."""
+        if not isinstance(state, dict):
+            raise TokenizerError(f"subword tokenizer state must be a dict, got {state!r:.80}")
         if not state:
             self.subwords, self.chars, self._kept = None, [], set()
         else:
-            self.subwords, self.chars = list(state["subwords"]), list(state["chars"])
+            if set(state) != {"subwords", "chars"}:
+                raise TokenizerError(
+                    f"subword tokenizer state must have exactly the fields 'subwords' and 'chars' (or be empty "
+                    f"before fit), got {sorted(map(str, state))}; refit the tokenizer or re-export it"
+                )
+            subwords = _check_str_list("subword tokenizer state field 'subwords'", state["subwords"])
+            chars = _check_str_list("subword tokenizer state field 'chars'", state["chars"])
+            self.subwords, self.chars = subwords, chars
             self._kept = set(self.subwords)
         self._memo = {}
 

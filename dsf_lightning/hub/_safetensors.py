@@ -77,17 +77,21 @@ def _parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
         raise SafetensorsFormatError(f"the {n:,}-byte header is not valid UTF-8 JSON ({err})") from None
     if not isinstance(header, dict):
         raise SafetensorsFormatError(f"the header is a JSON {type(header).__name__}, not an object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise SafetensorsFormatError("the header's __metadata__ is not a map of strings to strings")
+        raise SafetensorsFormatError(f"the header's __metadata__ is not a map of strings to strings, got {metadata!r:.200}")
     data_size = size - 8 - n
     spans = []
     for name, entry in header.items():
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
             raise SafetensorsFormatError(f"tensor {name!r}: header entry must have exactly dtype, shape and data_offsets, got {entry!r:.200}")
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str):
+            raise SafetensorsFormatError(f"tensor {name!r}: dtype must be a string such as 'F32', got {dtype!r:.200}")
         if dtype not in DTYPE_SIZES:
-            raise SafetensorsFormatError(f"tensor {name!r}: unknown dtype {dtype!r}")
+            raise SafetensorsFormatError(f"tensor {name!r:.200}: unknown dtype {dtype!r:.200} (known: {', '.join(DTYPE_SIZES)})")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise SafetensorsFormatError(f"tensor {name!r}: shape must be a list of non-negative integers, got {shape!r:.200}")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):

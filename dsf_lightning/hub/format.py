@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import torch
 
 from .. import __version__
+from ..cells import UnknownCellError, get_cell, list_cells
 from ..data.tokenizers import Tokenizer, TokenizerError, get_tokenizer, tokenizer_from_json
 from ..data.vocab import Vocabulary, VocabularyError
 from ..model import LMConfig, ModelConfigError, RecurrentLM
@@ -299,6 +300,10 @@ def _read_config(folder: Path) -> dict:
         config["model_config"] = LMConfig.from_dict(config["model"])
     except (ModelConfigError, TypeError, ValueError) as err:
         raise _fail(path, f"the model configuration is invalid: {err}") from None
+    try:
+        get_cell(config["model_config"].cell)
+    except UnknownCellError:
+        raise _unknown_cell(path, config["model_config"].cell) from None
     dtype = config["weights"].get("dtype")
     if dtype not in STORAGE_DTYPES:
         raise _fail(path, f"weights.dtype is {dtype!r}, not one of {sorted(STORAGE_DTYPES)}")
@@ -323,11 +328,30 @@ def _checked_bytes(folder: Path, name: str, config: dict, limit: int | None = No
     return data
 
 
-def _expected_state(config: LMConfig) -> tuple[RecurrentLM, dict[str, torch.Tensor]]:
+CELL_FIX = ("install the package that provides that cell (entry point group 'dsf_lightning.cells'), upgrade "
+            "dsf-lightning (pip install -U dsf-lightning), or correct the cell name")
+
+
+def _unknown_cell(source: Path, name: object) -> PretrainedFormatError:
+    return _fail(source, f"model.cell {name!r} is not a cell this installation knows (known cells: {', '.join(list_cells())})",
+                 CELL_FIX)
+
+
+def _expected_state(
+    config: LMConfig,
+    source: Path,
+    *,
+    error: type[PretrainedFormatError] = PretrainedFormatError,
+    fix: str = REDO,
+) -> tuple[RecurrentLM, dict[str, torch.Tensor]]:
+    """The model ``config`` describes (read from ``source``: a folder's config.json or a checkpoint)
+    and its state dict; a configuration that cannot be built raises ``error`` naming ``source``."""
     try:
         model = RecurrentLM(config)
+    except UnknownCellError as err:  # e.g. an unknown base cell in the options of a wrapper cell
+        raise error(f"{source}: this model configuration cannot be built: {err}; {CELL_FIX}") from None
     except (ModelConfigError, ValueError, TypeError) as err:
-        raise PretrainedFormatError(f"{CONFIG_FILE}: this model configuration cannot be built: {err}") from None
+        raise error(f"{source}: this model configuration cannot be built: {err}; {fix}") from None
     return model, model.state_dict()
 
 
@@ -411,14 +435,20 @@ def load_pretrained(folder) -> Pretrained:
     lm_config: LMConfig = config["model_config"]
 
     vocab_path, tok_path, weights_path = folder / VOCAB_FILE, folder / TOKENIZER_FILE, folder / WEIGHTS_FILE
+    vocab_bytes = _checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES)
     try:
-        vocab = Vocabulary.from_json(_checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES).decode("utf-8"))
-    except (VocabularyError, UnicodeDecodeError, KeyError, TypeError) as err:
+        vocab = Vocabulary.from_json(vocab_bytes.decode("utf-8"))
+    except (VocabularyError, TokenizerError, UnicodeDecodeError) as err:
         raise _fail(vocab_path, f"is not a valid vocabulary ({err})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as err:  # should not happen: from_json checks its input
+        raise _fail(vocab_path, f"is not a valid vocabulary ({type(err).__name__}: {err})") from None
+    tok_bytes = _checked_bytes(folder, TOKENIZER_FILE, config, MAX_JSON_BYTES)
     try:
-        tokenizer = tokenizer_from_json(_checked_bytes(folder, TOKENIZER_FILE, config, MAX_JSON_BYTES).decode("utf-8"))
-    except (TokenizerError, UnicodeDecodeError, KeyError, TypeError) as err:
+        tokenizer = tokenizer_from_json(tok_bytes.decode("utf-8"))
+    except (TokenizerError, VocabularyError, UnicodeDecodeError) as err:
         raise _fail(tok_path, f"is not a valid tokenizer ({err})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as err:  # e.g. a user-registered tokenizer's own checks
+        raise _fail(tok_path, f"is not a valid tokenizer ({type(err).__name__}: {err})") from None
     if len(vocab) != lm_config.vocab_size:
         raise _fail(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
     if tokenizer.eos != vocab.eos:
@@ -437,7 +467,7 @@ def load_pretrained(folder) -> Pretrained:
     if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
         raise _fail(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
     aliases = _json_metadata(meta, "aliases", weights_path)
-    model, expected = _expected_state(lm_config)
+    model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
     state = match_state(tensors, aliases, expected, lm_config, str(weights_path))
     model.load_state_dict(state, strict=True)
     model.eval()
@@ -545,7 +575,10 @@ def pretrained_from_checkpoint(
     state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     if not state:
         raise CheckpointError(f"{path}: state_dict has no 'model.' entries: not a LanguageModelModule checkpoint")
-    model, expected = _expected_state(config)
+    model, expected = _expected_state(
+        config, path, error=CheckpointError,
+        fix="was the checkpoint written by LanguageModelModule, with a cell and options this installation provides?"
+    )
     checked = match_state(
         state, {}, expected, config, f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
         fix="was the checkpoint written by LanguageModelModule with these settings?",

@@ -131,22 +131,10 @@ def raised_in(err: BaseException) -> str:
 
 
 # Defects found by these tests in code this suite does not own: they are reported, counted as
-# "known defect: ..." in the summary and tolerated; anything else that escapes fails the test. Each has
-# a deterministic reproducer below marked xfail(strict=True), which turns red once it is fixed.
-KNOWN_DEFECTS = {
-    "tokenizer_from_json leaks KeyError/TypeError/AttributeError on wrongly typed fields":
-        lambda err: isinstance(err, (KeyError, TypeError, AttributeError)) and raised_in(err).endswith("tokenizers.py"),
-    "build_cell: a cell option the cell does not take raises TypeError, not CellOptionError":
-        lambda err: isinstance(err, TypeError) and "unexpected keyword argument" in str(err) and raised_in(err).endswith("registry.py"),
-    "LMConfig.from_dict / RecurrentLM leak TypeError on wrongly typed fields":
-        lambda err: isinstance(err, TypeError),
-    "LanguageModelDataModule(corpus=<not a str or Corpus>) raises AttributeError":
-        lambda err: isinstance(err, AttributeError) and raised_in(err).endswith("datamodule.py"),
-    "load_pretrained: an unknown cell name in config.json raises UnknownCellError, not PretrainedFormatError":
-        lambda err: type(err).__name__ == "UnknownCellError",
-    "load_pretrained: a non-string dtype in the safetensors header raises TypeError (unhashable)":
-        lambda err: isinstance(err, TypeError) and raised_in(err).endswith("_safetensors.py"),
-}
+# "known defect: ..." in the summary and tolerated; anything else that escapes fails the test. Each
+# must have a deterministic reproducer marked xfail(strict=True), which turns red once it is fixed.
+# Entry format: "what goes wrong": lambda err: <True when err is that defect>. None is known at present.
+KNOWN_DEFECTS: dict = {}
 
 
 def tolerate_known(err: BaseException, counts, *allowed: str) -> None:
