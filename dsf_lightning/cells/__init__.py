@@ -9,7 +9,7 @@ One module per family: :mod:`.delta` (DSF / Delta-RNN), :mod:`.scrn`, :mod:`.ran
 (state-regularized wrappers). :mod:`.base` holds the contract, :mod:`.registry` the names.
 """
 
-from .base import CellOptionError, RecurrentCell, State
+from .base import CellOptionError, RecurrentCell, State, UnknownCellOptionError
 from .registry import (
     DuplicateCellError,
     UnknownCellError,
@@ -28,6 +28,7 @@ __all__ = [
     "RecurrentCell",
     "State",
     "UnknownCellError",
+    "UnknownCellOptionError",
     "build_cell",
     "get_cell",
     "list_cells",
