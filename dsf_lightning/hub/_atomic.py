@@ -20,6 +20,7 @@ import sys
 import uuid
 from pathlib import Path
 from typing import Callable
+from .._fs import fsync_dir, fsync_file
 
 logger = logging.getLogger(__name__)
 
@@ -27,21 +28,6 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    if sys.platform.startswith("win"):  # directories cannot be opened for fsync on Windows
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems refuse fsync on directories; the data files are synced
-        pass
-    finally:
-        os.close(fd)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -100,7 +86,7 @@ def write_folder_atomically(folder: Path, write: Callable[[Path], None], may_rep
         for path in tmp.iterdir():
             if path.is_file():
                 fsync_file(path)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if not folder.exists():
             os.rename(tmp, folder)
         elif _exchange(tmp, folder):
@@ -110,7 +96,7 @@ def write_folder_atomically(folder: Path, write: Callable[[Path], None], may_rep
             os.rename(folder, old)
             os.rename(tmp, folder)
             shutil.rmtree(old, ignore_errors=True)
-        _fsync_dir(parent)
+        fsync_dir(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -28,7 +28,6 @@ import os
 import pickle
 import re
 import socket
-import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -38,6 +37,7 @@ from lightning.fabric.utilities.cloud_io import _load as pl_load
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from .._fs import fsync_dir
 
 __all__ = ["AtomicCheckpointIO", "CheckpointLoadError", "atomic_torch_save", "remove_stale_temporaries"]
 
@@ -56,20 +56,6 @@ def _host_tag() -> str:
 def _tmp_prefix(path: Path) -> str:
     return f".{path.name}{_TMP_MARK}"
 
-
-def _fsync_dir(folder: Path) -> None:
-    if sys.platform.startswith("win"):  # pragma: no cover - folders cannot be fsynced there
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems refuse fsync on folders; the file itself is synced
-        pass
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -136,7 +122,7 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike, *, write: Optional[Call
         except OSError:
             pass
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 
