@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Sequence
 
 import torch
 
-from ..tokenizers import SubwordTokenizer, Tokenizer, get_tokenizer
+from ..tokenizers import SubwordTokenizer, Tokenizer
 from ..vocab import Vocabulary, VocabularyError
 from . import cache as _cache
 from .files import (
