@@ -216,13 +216,13 @@ def _sobolev(
             h_index = layer.recurrent_state_index
             projected = layer.project_inputs(y)  # [B, T, P]
             outputs, per_seq = [], y.new_zeros(B)
-            for t in range(T):
+            for projected_t in projected.unbind(1):  # not projected[:, t]: quadratic backward
                 if estimator is not None:
-                    step = _hutchinson_step_penalty(layer, projected[:, t], layer_state, h_index, *estimator)
+                    step = _hutchinson_step_penalty(layer, projected_t, layer_state, h_index, *estimator)
                     per_seq = per_seq + step
                 elif kinds[i] is None:
-                    per_seq = per_seq + _autograd_step_penalty(layer, projected[:, t], layer_state, h_index)
-                out, layer_state = layer.recur(projected[:, t], layer_state)
+                    per_seq = per_seq + _autograd_step_penalty(layer, projected_t, layer_state, h_index)
+                out, layer_state = layer.recur(projected_t, layer_state)
                 if kinds[i] == "scrn":
                     per_seq = per_seq + _scrn_step_penalty(layer, layer_state[h_index])
                 outputs.append(out)

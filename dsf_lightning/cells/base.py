@@ -146,8 +146,10 @@ class RecurrentCell(nn.Module, abc.ABC):
             state = self.init_state(x.shape[0], x.device, x.dtype)
         projected = self.project_inputs(x)  # [B, T, P]: one matmul for all steps
         outputs = []
-        for t in range(x.shape[1]):
-            out_t, state = self.recur(projected[:, t], _masked(state, state_masks))
+        # unbind, not projected[:, t]: each slice's backward would add a full [B, T, P] zero gradient,
+        # making the backward pass quadratic in T
+        for projected_t in projected.unbind(1):
+            out_t, state = self.recur(projected_t, _masked(state, state_masks))
             outputs.append(out_t)
         return torch.stack(outputs, dim=1), state  # [B, T, output_size]
 
