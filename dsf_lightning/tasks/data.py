@@ -1,0 +1,327 @@
+"""The plumbing of the sequence tasks: vocabularies, datasets of variable-length sequences, padding
+with lengths and masks, length-bucketed batches, and a base LightningDataModule.
+
+A batch is a dict::
+
+    inputs   [B, T] int64 token ids (padded with the vocabulary's pad id), or [B, T, F] float features
+    lengths  [B]    int64, the real length of every sequence (start and end tokens included)
+    mask     [B, T] bool, True on real positions
+    labels   [B]    int64 class per sequence, or [B, T] per step (padded with -100, cross-entropy's ignore index)
+
+Start and end tokens (sr-RNN paper sec. 3.3) are part of the encoded sequence: ``<s> x_1 .. x_T </s>``
+(``Vocabulary.encode``); for pixel sequences they are two flag channels. The model reads the start
+token with its stochastic component (it moves the sr-RNN to the start centroid) and the end token,
+always the last real position, without it (:class:`~dsf_lightning.tasks.modules.SequenceClassifier`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any, Iterator, Sequence
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+IGNORE_INDEX = -100
+
+
+class Vocabulary:
+    """Symbols <-> ids, with the special tokens first: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3 if any.
+
+    Args:
+        alphabet: the input symbols in id order (characters of a formal language, or words).
+        start_end_tokens: whether :meth:`encode` wraps sequences in ``<s> .. </s>`` (sec. 3.3).
+        unk: reserve ``<unk>`` for symbols outside the alphabet (else they raise ``KeyError``).
+    """
+
+    PAD, START, END, UNK = "<pad>", "<s>", "</s>", "<unk>"
+
+    def __init__(self, alphabet: Sequence[str], start_end_tokens: bool = True, unk: bool = False) -> None:
+        specials = [self.PAD, self.START, self.END] + ([self.UNK] if unk else [])
+        clash = set(specials) & set(alphabet)
+        if clash:
+            raise ValueError(f"the alphabet may not contain the special tokens {sorted(clash)}")
+        self.alphabet: tuple[str, ...] = tuple(alphabet)
+        self.symbols: list[str] = specials + list(self.alphabet)
+        if len(set(self.symbols)) != len(self.symbols):
+            raise ValueError("the alphabet has repeated symbols")
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+        self.start_end_tokens = start_end_tokens
+        self.pad_id, self.start_id, self.end_id = 0, 1, 2
+        self.unk_id = 3 if unk else None
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, sequence: Sequence[str], add_start_end: bool | None = None) -> list[int]:
+        """Ids of ``sequence`` (a string of one-character symbols or a list of symbols)."""
+        if self.unk_id is None:
+            ids = [self.index[s] for s in sequence]
+        else:
+            ids = [self.index.get(s, self.unk_id) for s in sequence]
+        wrap = self.start_end_tokens if add_start_end is None else add_start_end
+        return [self.start_id, *ids, self.end_id] if wrap else ids
+
+    def decode(self, ids: Sequence[int], strip: bool = True) -> list[str]:
+        specials = {self.pad_id, self.start_id, self.end_id}
+        return [self.symbols[i] for i in ids if not (strip and i in specials)]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"alphabet": list(self.alphabet), "start_end_tokens": self.start_end_tokens, "unk": self.unk_id is not None}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Vocabulary":
+        d = json.loads(text)
+        return cls(d["alphabet"], d["start_end_tokens"], d["unk"])
+
+    def __repr__(self) -> str:
+        return f"Vocabulary({len(self)} symbols, start_end_tokens={self.start_end_tokens})"
+
+
+class TokenSequenceDataset(Dataset):
+    """Variable-length token sequences stored flat (one int tensor + offsets), with labels and metadata.
+
+    Args:
+        sequences: the encoded sequences (lists of ids).
+        labels: one class per sequence, or one list of classes per sequence (per-step targets, same
+            length as the sequence).
+        meta: optional per-sequence columns (e.g. ``text``, ``depth``), kept for analysis.
+    """
+
+    def __init__(self, sequences: Sequence[Sequence[int]], labels: Sequence[Any], meta: dict[str, list] | None = None):
+        if len(sequences) != len(labels):
+            raise ValueError(f"{len(sequences)} sequences but {len(labels)} labels")
+        lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+        self.offsets = torch.zeros(len(sequences) + 1, dtype=torch.long)
+        self.offsets[1:] = torch.cumsum(lengths, 0)
+        flat = [i for s in sequences for i in s]
+        dtype = torch.uint8 if flat and max(flat) < 256 and min(flat) >= 0 else torch.int32
+        self.data = torch.tensor(flat, dtype=dtype)
+        self.lengths = lengths
+        self.per_step = bool(len(labels)) and not isinstance(labels[0], (int, bool)) and hasattr(labels[0], "__len__")
+        if self.per_step:
+            if any(len(y) != n for y, n in zip(labels, lengths.tolist())):
+                raise ValueError("per-step labels must have the length of their sequence")
+            self.labels = torch.tensor([int(v) for y in labels for v in y], dtype=torch.long)
+        else:
+            self.labels = torch.tensor([int(y) for y in labels], dtype=torch.long)
+        self.meta = {k: list(v) for k, v in (meta or {}).items()}
+        for k, v in self.meta.items():
+            if len(v) != len(sequences):
+                raise ValueError(f"meta column {k!r} has {len(v)} entries for {len(sequences)} sequences")
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        label = self.labels[lo:hi] if self.per_step else self.labels[i]
+        return {"inputs": self.data[lo:hi].long(), "label": label}
+
+
+class ArraySequenceDataset(Dataset):
+    """Fixed-length sequences held as one ``[N, T]`` tensor, turned into model inputs on access.
+
+    ``transform`` maps one row ``[T]`` to the model's input (``[T]`` ids or ``[T', F]`` features);
+    pixel-by-pixel MNIST keeps uint8 rows here and makes float features per item.
+    """
+
+    def __init__(self, rows: Tensor, labels: Tensor, transform=None, meta: dict[str, list] | None = None) -> None:
+        if rows.shape[0] != labels.shape[0]:
+            raise ValueError(f"{rows.shape[0]} rows but {labels.shape[0]} labels")
+        self.rows, self.labels, self.transform = rows, labels.long(), transform
+        self.per_step = labels.dim() == 2
+        probe = self._item_inputs(0) if len(rows) else rows[:0]
+        self.lengths = torch.full((len(rows),), probe.shape[0] if len(rows) else 0, dtype=torch.long)
+        self.meta = dict(meta or {})
+
+    def _item_inputs(self, i: int) -> Tensor:
+        row = self.rows[i]
+        return self.transform(row) if self.transform is not None else row.long()
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return {"inputs": self._item_inputs(i), "label": self.labels[i]}
+
+
+def collate(items: list[dict[str, Tensor]], pad_id: int = 0) -> dict[str, Tensor]:
+    """Pad a list of items to the longest: ``inputs``, ``lengths``, ``mask``, ``labels`` (see module doc)."""
+    lengths = torch.tensor([it["inputs"].shape[0] for it in items], dtype=torch.long)
+    T = int(lengths.max()) if len(items) else 0
+    first = items[0]["inputs"]
+    if first.dim() == 1:
+        inputs = torch.full((len(items), T), pad_id, dtype=torch.long)
+    else:
+        inputs = torch.zeros((len(items), T, *first.shape[1:]), dtype=first.dtype)
+    for b, it in enumerate(items):
+        inputs[b, : it["inputs"].shape[0]] = it["inputs"]
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    if items[0]["label"].dim() == 0:
+        labels = torch.stack([it["label"] for it in items])
+    else:
+        labels = torch.full((len(items), T), IGNORE_INDEX, dtype=torch.long)
+        for b, it in enumerate(items):
+            labels[b, : it["label"].shape[0]] = it["label"]
+    return {"inputs": inputs, "lengths": lengths, "mask": mask, "labels": labels}
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar lengths: sort by length within random pools of ``pool_batches`` batches.
+
+    With ``shuffle``, the pools, and then the order of the batches, are reshuffled every epoch from
+    ``seed + epoch`` (Lightning calls :meth:`set_epoch`; without it each pass advances the epoch).
+    Without ``shuffle`` the batches are the sequences sorted by length (evaluation: least padding).
+    """
+
+    def __init__(
+        self, lengths: Sequence[int] | Tensor, batch_size: int, shuffle: bool = True, seed: int = 0,
+        pool_batches: int = 50, drop_last: bool = False,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.lengths = [int(n) for n in lengths]
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.pool = max(1, pool_batches) * batch_size
+        self.drop_last = drop_last
+        self.epoch = 0
+        self._epoch_set = False
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self._epoch_set = epoch, True
+
+    def batches(self, epoch: int | None = None) -> list[list[int]]:
+        n = len(self.lengths)
+        if not self.shuffle:
+            order = sorted(range(n), key=lambda i: (self.lengths[i], i))
+            batches = [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+        else:
+            rng = random.Random(self.seed * 1_000_003 + (self.epoch if epoch is None else epoch))
+            order = list(range(n))
+            rng.shuffle(order)
+            batches = []
+            for lo in range(0, n, self.pool):
+                pool = sorted(order[lo : lo + self.pool], key=lambda i: self.lengths[i])
+                batches += [pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+            rng.shuffle(batches)
+        if self.drop_last:
+            batches = [b for b in batches if len(b) == self.batch_size]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.batches()
+        if not self._epoch_set:
+            self.epoch += 1
+        self._epoch_set = False
+        return iter(batches)
+
+    def __len__(self) -> int:
+        n = len(self.lengths)
+        if self.drop_last:
+            if not self.shuffle:
+                return n // self.batch_size
+            return len(self.batches())
+        if not self.shuffle:
+            return math.ceil(n / self.batch_size)
+        return sum(math.ceil(min(self.pool, n - lo) / self.batch_size) for lo in range(0, n, self.pool))
+
+
+class SequenceDataModule(L.LightningDataModule):
+    """Base of the task DataModules: datasets per split, bucketed loaders, several test sets.
+
+    Subclasses implement :meth:`build` (fill ``self.train_set``, ``self.val_set`` and the ordered dict
+    ``self.test_sets``) and set ``task`` (``"classification"`` or ``"tagging"``), ``num_classes``,
+    ``input_mode`` (``"tokens"`` with a ``vocab``, or ``"values"`` with an ``input_size``).
+
+    Args:
+        batch_size: training batch size; ``eval_batch_size`` for validation / test (default: the same).
+        bucket: group training sequences of similar length (else plain shuffling).
+        seed: data generation and shuffling seed.
+        num_workers: DataLoader worker processes.
+    """
+
+    task = "classification"
+    input_mode = "tokens"
+    num_classes = 2
+
+    def __init__(
+        self, batch_size: int = 64, eval_batch_size: int | None = None, bucket: bool = True, seed: int = 0,
+        num_workers: int = 0, start_end_tokens: bool = True,
+    ) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.bucket = bucket
+        self.seed = seed
+        self.num_workers = num_workers
+        self.start_end_tokens = start_end_tokens
+        self.vocab: Vocabulary | None = None
+        self.input_size: int | None = None
+        self.train_set: Dataset | None = None
+        self.val_set: Dataset | None = None
+        self.test_sets: dict[str, Dataset] = {}
+        self._built: set[str] = set()
+
+    # -- to be provided by the tasks -------------------------------------------------------------
+    def build(self, stage: str) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- Lightning hooks ---------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        stage = stage or "fit"
+        key = "fit" if stage in ("fit", "validate") else stage
+        if key not in self._built:
+            self.build(key)
+            self._built.add(key)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab) if self.vocab is not None else 0
+
+    @property
+    def test_set_names(self) -> list[str]:
+        return list(self.test_sets)
+
+    @property
+    def pad_id(self) -> int:
+        return self.vocab.pad_id if self.vocab is not None else 0
+
+    def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
+        size = self.batch_size if train else self.eval_batch_size
+        pad = self.pad_id
+        collate_fn = lambda items: collate(items, pad)  # noqa: E731
+        if train and not self.bucket:
+            g = torch.Generator().manual_seed(self.seed)
+            return DataLoader(dataset, batch_size=size, shuffle=True, generator=g, collate_fn=collate_fn,
+                              num_workers=self.num_workers)
+        sampler = BucketBatchSampler(dataset.lengths, size, shuffle=train, seed=self.seed)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        self.setup("fit")
+        return self._loader(self.train_set, train=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        self.setup("fit")
+        return self._loader(self.val_set, train=False) if self.val_set is not None else []
+
+    def test_dataloader(self) -> DataLoader | list[DataLoader]:
+        self.setup("test")
+        loaders = [self._loader(d, train=False) for d in self.test_sets.values()]
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    def model_options(self) -> dict[str, Any]:
+        """The options a :class:`~dsf_lightning.tasks.modules.SequenceClassifier` needs for this data."""
+        opts: dict[str, Any] = {"num_classes": self.num_classes, "end_token": self.start_end_tokens}
+        if self.input_mode == "tokens":
+            opts["vocab_size"] = self.vocab_size
+        else:
+            opts.update(input_mode="values", input_size=self.input_size)
+        return opts

@@ -1,0 +1,215 @@
+"""Vocabulary, padding / masks, length buckets, the DataModules, the IDX reader; MNIST / Fashion-MNIST /
+IMDB from the shared data when present (marked ``corpus``)."""
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from dsf_lightning.data.corpora.files import CorpusError
+from dsf_lightning.tasks import (
+    BalancedParenthesesDataModule,
+    BucketBatchSampler,
+    CopyingMemoryDataModule,
+    IMDBSentimentDataModule,
+    PalindromeDataModule,
+    PixelMNISTDataModule,
+    TokenSequenceDataset,
+    TomitaDataModule,
+    Vocabulary,
+    collate,
+    load_mnist,
+    read_idx,
+)
+from dsf_lightning.tasks.data import IGNORE_INDEX
+from dsf_lightning.tasks.languages import TOMITA_SPLITS, tomita_accepts
+
+from .conftest import need
+
+
+def test_vocabulary_wraps_sequences_in_start_and_end_tokens():
+    v = Vocabulary("01")
+    assert v.symbols == ["<pad>", "<s>", "</s>", "0", "1"] and len(v) == 5
+    assert v.encode("0110") == [1, 3, 4, 4, 3, 2]
+    assert v.encode("01", add_start_end=False) == [3, 4]
+    assert v.decode(v.encode("0110")) == list("0110")
+    assert Vocabulary.from_json(v.to_json()).symbols == v.symbols
+    words = Vocabulary(["good", "bad"], unk=True)
+    assert words.encode(["good", "awful"]) == [1, 4, 3, 2]
+    with pytest.raises(KeyError):
+        v.encode("2")
+
+
+def test_collate_pads_and_masks():
+    items = [{"inputs": torch.tensor([1, 3, 2]), "label": torch.tensor(1)},
+             {"inputs": torch.tensor([1, 4, 4, 3, 2]), "label": torch.tensor(0)}]
+    batch = collate(items, pad_id=0)
+    assert batch["inputs"].tolist() == [[1, 3, 2, 0, 0], [1, 4, 4, 3, 2]]
+    assert batch["lengths"].tolist() == [3, 5] and batch["labels"].tolist() == [1, 0]
+    assert batch["mask"].tolist() == [[True] * 3 + [False] * 2, [True] * 5]
+    tagged = collate([{"inputs": torch.tensor([5, 6]), "label": torch.tensor([1, 2])},
+                      {"inputs": torch.tensor([7]), "label": torch.tensor([3])}])
+    assert tagged["labels"].tolist() == [[1, 2], [3, IGNORE_INDEX]]
+    feats = collate([{"inputs": torch.ones(2, 3), "label": torch.tensor(0)}, {"inputs": torch.ones(1, 3), "label": torch.tensor(1)}])
+    assert feats["inputs"].shape == (2, 2, 3) and feats["inputs"][1, 1].sum() == 0
+
+
+def test_bucket_sampler_covers_every_index_once_with_similar_lengths():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 100, size=1000).tolist()
+    sampler = BucketBatchSampler(lengths, batch_size=32, shuffle=True, seed=0, pool_batches=10)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    spread = np.mean([max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches])
+    assert spread < 15  # unbucketed batches of 32 would spread ~90
+    again = list(BucketBatchSampler(lengths, 32, shuffle=True, seed=0, pool_batches=10))
+    assert again == batches  # same seed, same epoch
+    assert list(sampler) != batches  # next epoch reshuffles
+    sampler.set_epoch(0)
+    assert list(sampler) == batches
+    ordered = list(BucketBatchSampler(lengths, 100, shuffle=False))
+    flat = [lengths[i] for b in ordered for i in b]
+    assert flat == sorted(flat)
+
+
+def test_token_dataset_keeps_sequences_flat_with_metadata():
+    ds = TokenSequenceDataset([[1, 2], [1, 3, 3, 2]], [0, 1], {"text": ["", "00"]})
+    assert len(ds) == 2 and ds[1]["inputs"].tolist() == [1, 3, 3, 2] and int(ds[1]["label"]) == 1
+    assert ds.lengths.tolist() == [2, 4] and ds.meta["text"] == ["", "00"]
+    with pytest.raises(ValueError):
+        TokenSequenceDataset([[1]], [0, 1])
+
+
+def test_tomita_datamodule_batches_and_splits():
+    data = TomitaDataModule(3, batch_size=50)
+    data.setup("fit")
+    data.setup("test")
+    assert len(data.train_set) == TOMITA_SPLITS[3]["train"].size == 2141
+    assert len(data.val_set) == 1344 and list(data.test_sets) == ["test"]
+    strings, labels = data.split_strings("train")
+    assert all(y == tomita_accepts(3, s) for s, y in zip(strings, labels))
+    batch = next(iter(data.train_dataloader()))
+    assert batch["inputs"].shape[0] == 50
+    assert (batch["lengths"] == batch["mask"].sum(1)).all()
+    assert (batch["inputs"][:, 0] == data.vocab.start_id).all()
+    ends = batch["inputs"][torch.arange(50), batch["lengths"] - 1]
+    assert (ends == data.vocab.end_id).all()
+    assert data.model_options() == {"num_classes": 2, "end_token": True, "vocab_size": 5}
+
+
+def test_balanced_parentheses_and_palindrome_datamodules():
+    bp = BalancedParenthesesDataModule(size="small", test_size=10)
+    bp.setup("fit")
+    bp.setup("test")
+    assert (len(bp.train_set), len(bp.val_set)) == (1008, 268)
+    assert int(bp.train_set.labels.sum()) == 601 and bp.vocab_size == 3 + 28
+    assert bp.test_set_names == ["d1-10_l100", "d10-20_l100", "d10-20_l200", "d5_l200", "d10_l200", "d20_l1000"]
+    assert max(bp.test_sets["d20_l1000"].meta["length"]) <= 1000
+    pal = PalindromeDataModule(train=(200, 100, (1, 25)), valid=(40, 20, (26, 50)), test_size=10)
+    pal.setup("fit")
+    pal.setup("test")
+    assert len(pal.train_set) == 200 and int(pal.val_set.labels.sum()) == 20
+    assert pal.test_set_names == ["l50-100", "l50-200", "l50-500"]
+
+
+def test_copying_memory_datamodule():
+    data = CopyingMemoryDataModule(lag=100, train_size=256, test_size=64, batch_size=128)
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    assert batch["inputs"].shape == batch["labels"].shape == (128, 120)
+    assert batch["labels"].max() <= 8 and (batch["inputs"] >= 3).all()  # c0..c9 are ids 3..12
+    assert data.val_dataloader() == []
+    assert data.baseline_loss == pytest.approx(10 * np.log(8) / 120)
+
+
+def _write_idx(path, array, code=0x08):
+    header = struct.pack(">HBB", 0, code, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    dtype = {0x08: ">u1", 0x0C: ">i4", 0x0D: ">f4"}[code]
+    data = header + array.astype(dtype).tobytes()
+    if path.suffix == ".gz":
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+
+
+def test_idx_reader_handles_gzip_raw_and_types(tmp_path):
+    images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    _write_idx(tmp_path / "a.gz", images)
+    np.testing.assert_array_equal(read_idx(tmp_path / "a.gz"), images)
+    ints = np.array([[1, -2], [300000, 4]], dtype=np.int32)
+    _write_idx(tmp_path / "b", ints, code=0x0C)
+    np.testing.assert_array_equal(read_idx(tmp_path / "b"), ints)
+    (tmp_path / "bad").write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(CorpusError, match="not an IDX"):
+        read_idx(tmp_path / "bad")
+    _write_idx(tmp_path / "short", images)
+    (tmp_path / "short").write_bytes((tmp_path / "short").read_bytes()[:-1])
+    with pytest.raises(CorpusError, match="header says"):
+        read_idx(tmp_path / "short")
+
+
+def test_pixel_datamodule_on_a_fake_mnist_folder(tmp_path):
+    rng = np.random.default_rng(0)
+    (tmp_path / "mnist").mkdir()
+    for split, n in (("train", 30), ("t10k", 10)):
+        _write_idx(tmp_path / "mnist" / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
+        _write_idx(tmp_path / "mnist" / f"{split}-labels-idx1-ubyte.gz", rng.integers(0, 10, n))
+    data = PixelMNISTDataModule(data_root=tmp_path, valid_size=5, batch_size=4)
+    data.setup("fit")
+    data.setup("test")
+    assert (len(data.train_set), len(data.val_set), len(data.test_sets["test"])) == (25, 5, 10)
+    item = data.train_set[0]["inputs"]
+    assert item.shape == (786, 3) and item[0].tolist() == [0, 1, 0] and item[-1].tolist() == [0, 0, 1]
+    assert 0 <= item[1:-1, 0].min() and item[1:-1, 0].max() <= 1
+    permuted = PixelMNISTDataModule(data_root=tmp_path, valid_size=5, permuted=True, start_end_tokens=False)
+    permuted.setup("fit")
+    a, b = data.train_set[3]["inputs"][1:-1, 0], permuted.train_set[3]["inputs"][:, 0]
+    assert b.shape == (784,) and not torch.equal(a, b) and torch.equal(a[permuted.permutation], b)
+    assert data.model_options() == {"num_classes": 10, "end_token": True, "input_mode": "values", "input_size": 3}
+
+
+@pytest.mark.corpus
+def test_mnist_files_give_60k_and_10k_labelled_images(data_root):
+    need(data_root, "mnist/train-images-idx3-ubyte.gz", "mnist/t10k-labels-idx1-ubyte.gz")
+    images, labels = load_mnist("mnist", "train", data_root)
+    assert images.shape == (60000, 28, 28) and images.dtype == np.uint8 and labels.shape == (60000,)
+    assert np.bincount(labels).tolist() == [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+    assert abs(images.mean() / 255 - 0.130660) < 1e-5
+    test_images, test_labels = load_mnist("mnist", "test", data_root)
+    assert test_images.shape == (10000, 28, 28)
+    assert np.bincount(test_labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+@pytest.mark.corpus
+def test_fashion_mnist_test_file_alone(data_root):
+    need(data_root, "fashion_mnist/t10k-images-idx3-ubyte.gz")
+    images, labels = load_mnist("fashion_mnist", "test", data_root)
+    assert images.shape == (10000, 28, 28) and np.bincount(labels).tolist() == [1000] * 10
+    data = PixelMNISTDataModule("fashion_mnist", data_root=data_root)
+    data.setup("test")
+    assert len(data.test_sets["test"]) == 10000
+    if not (data_root / "fashion_mnist/train-images-idx3-ubyte.gz").exists():
+        with pytest.raises(CorpusError, match="split_test_file"):
+            PixelMNISTDataModule("fashion_mnist", data_root=data_root).setup("fit")
+    split = PixelMNISTDataModule("fashion_mnist", data_root=data_root, split_test_file=True)
+    split.setup("fit")
+    assert (len(split.train_set), len(split.val_set), len(split.test_sets["test"])) == (8000, 1000, 1000)
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_imdb_words_truncation_and_splits(data_root):
+    need(data_root, "imdb/train.jsonl.xz", "imdb/test.jsonl.xz")
+    data = IMDBSentimentDataModule(data_root=data_root, max_vocab=5000, train_max_length=10, test_max_lengths=(100, None))
+    data.setup("fit")
+    data.setup("test")
+    assert len(data.train_set) == 22500 and len(data.val_set) == 2500
+    assert int(data.train_set.labels.sum()) == 11250
+    assert data.train_set.lengths.max() == 12  # 10 words + <s> + </s>
+    assert data.test_set_names == ["l100", "full"] and len(data.test_sets["full"]) == 25000
+    assert data.test_sets["l100"].lengths.max() == 102 and data.test_sets["full"].lengths.max() > 1000
+    assert len(data.vocab) == 5000 + 4
