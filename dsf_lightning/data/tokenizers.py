@@ -15,6 +15,7 @@ sec. 4.3; ``papers/delta_rnn_differential_state_framework.md``), see :class:`Sub
 
 from __future__ import annotations
 
+import abc
 import inspect
 import json
 import logging
@@ -142,7 +143,7 @@ def _check_str_list(name: str, value: object) -> list[str]:
     return list(value)
 
 
-class Tokenizer:
+class Tokenizer(abc.ABC):
     """Base class: ``tokenize_line``, optional ``fit`` on training lines, JSON round trip."""
 
     name: ClassVar[str] = ""
@@ -151,8 +152,9 @@ class Tokenizer:
     def __init__(self, *, eos: str | None = "<eos>"):
         self.eos = _check_eos(eos)
 
+    @abc.abstractmethod
     def tokenize_line(self, line: str) -> list[str]:
-        raise NotImplementedError
+        """The symbols of one line of text, the end-of-line symbol last (when the tokenizer has one)."""
 
     def fit(self, lines: Iterable[str]) -> "Tokenizer":
         """Learn state from training lines (no-op for stateless tokenizers)."""

@@ -270,8 +270,9 @@ class SequenceDataModule(L.LightningDataModule):
         self._built: set[str] = set()
 
     # -- to be provided by the tasks -------------------------------------------------------------
-    def build(self, stage: str) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def build(self, stage: str) -> None:  # pragma: no cover - every task overrides it
+        """Create ``train_set`` / ``val_set`` / ``test_sets`` for ``stage``."""
+        raise TypeError(f"{type(self).__name__} must define build(stage): how its datasets are made")
 
     # -- Lightning hooks ---------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:

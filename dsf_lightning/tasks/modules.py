@@ -329,7 +329,7 @@ class SequenceClassifier(_RecurrentSequenceModule):
     # -- state-regularized cells: what DFA extraction reads ------------------------------------------
     def _require_sr(self) -> None:
         if not self.is_state_regularized:
-            raise NotImplementedError(f"cell {self.hparams.cell!r} is not state-regularized (no centroids)")
+            raise TypeError(f"cell {self.hparams.cell!r} is not state-regularized (no centroids): use an sr-* cell")
 
     def transition_trace(self, inputs: Tensor, lengths: Tensor) -> Tensor:
         """The transition probabilities ``alpha [B, T', k]`` of every step before the end token.
@@ -351,7 +351,7 @@ class SequenceClassifier(_RecurrentSequenceModule):
 
     def _centroid_state(self) -> State:
         if len(self.cell.state_sizes) != 1:
-            raise NotImplementedError(
+            raise TypeError(
                 "reading the network at a centroid needs a memory-less cell (state = the hidden state only, "
                 f"e.g. sr-gru); this cell's state sizes are {self.cell.state_sizes}"
             )

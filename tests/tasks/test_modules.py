@@ -78,9 +78,9 @@ def test_invalid_options_are_refused():
         SequenceClassifier(cell="gru")
     with pytest.raises(ValueError, match="input_mode"):
         SequenceClassifier(vocab_size=5, input_mode="pixels")
-    with pytest.raises(NotImplementedError, match="state-regularized"):
+    with pytest.raises(TypeError, match="state-regularized"):
         SequenceClassifier(vocab_size=5, cell="gru").centroid_decisions(2)
-    with pytest.raises(NotImplementedError, match="memory-less"):
+    with pytest.raises(TypeError, match="memory-less"):
         SequenceClassifier(vocab_size=5, cell="sr-lstm").centroid_decisions(2)
 
 

@@ -14,6 +14,7 @@ to encode with a fixed vocabulary instead.
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import os
@@ -67,7 +68,7 @@ class Corpus:
         return f"Corpus({self.name!r}, vocab={len(self.vocab):,}, tokenizer={self.tokenizer_name!r}, {sizes})"
 
 
-class CorpusSpec:
+class CorpusSpec(abc.ABC):
     """How to find, read and tokenize one corpus. Subclass, set the attributes, register an instance."""
 
     name: ClassVar[str] = ""
@@ -82,12 +83,13 @@ class CorpusSpec:
     vocab_from_all: ClassVar[bool] = False  # build the vocabulary from every loaded split
     optional_splits: ClassVar[bool] = False  # by default load the splits whose files exist
 
+    @abc.abstractmethod
     def files(self, opts: dict) -> dict[str, list[FileSpec]]:
         """Split -> the files it is read from (paths relative to the data root)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def tokenizer(self, opts: dict) -> Tokenizer:
-        raise NotImplementedError
+        """The tokenizer this corpus is read with, given its options."""
 
     def lines(self, split: str, paths: list[Path], opts: dict) -> Iterator[Line]:
         for path in paths:
