@@ -72,8 +72,30 @@ def _safe_exp(x: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------- results
+class _Rates:
+    """Perplexity, bits per character and surprisal from ``logprob``, ``num_tokens``, ``logprobs`` and
+    ``char_level`` (shared by sentence and document results)."""
+
+    @property
+    def ppl(self) -> float:
+        """Perplexity ``exp(-mean logprob)``."""
+        return _safe_exp(-self.logprob / self.num_tokens) if self.num_tokens else math.nan
+
+    @property
+    def bpc(self) -> float | None:
+        """Bits per character (mean surprisal) for character models, else None."""
+        if not self.char_level or not self.num_tokens:
+            return None
+        return -self.logprob / self.num_tokens / LN2
+
+    @property
+    def surprisal(self) -> list[float] | None:
+        """Per-token surprisal in bits: ``-logprob / ln 2`` (None when per-token values were not kept)."""
+        return None if self.logprobs is None else [-lp / LN2 for lp in self.logprobs]
+
+
 @dataclass
-class SentenceScore:
+class SentenceScore(_Rates):
     """The score of one text. ``tokens`` are the vocabulary symbols scored (an out-of-vocabulary word
     appears as the unknown symbol; the original words are in ``oov_words``), the end symbol included;
     ``logprobs[i]`` is the natural-log probability of ``tokens[i]`` given everything before it."""
@@ -93,23 +115,6 @@ class SentenceScore:
     def logprob(self) -> float:
         """Sum of the tokens' natural-log probabilities (log P(sentence | <eos>))."""
         return math.fsum(self.logprobs)
-
-    @property
-    def surprisal(self) -> list[float]:
-        """Per-token surprisal in bits: ``-logprob / ln 2``."""
-        return [-lp / LN2 for lp in self.logprobs]
-
-    @property
-    def ppl(self) -> float:
-        """Perplexity ``exp(-mean logprob)``."""
-        return _safe_exp(-self.logprob / self.num_tokens) if self.num_tokens else math.nan
-
-    @property
-    def bpc(self) -> float | None:
-        """Bits per character (mean surprisal) for character models, else None."""
-        if not self.char_level or not self.num_tokens:
-            return None
-        return -self.logprob / self.num_tokens / LN2
 
     def to_dict(self, per_token: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -131,7 +136,7 @@ class SentenceScore:
 
 
 @dataclass
-class DocumentScore:
+class DocumentScore(_Rates):
     """The score of a whole document (see :meth:`Scorer.score_document`). ``tokens`` and ``logprobs``
     are kept only when asked for (``per_token=True``); otherwise they are None."""
 
@@ -143,20 +148,6 @@ class DocumentScore:
     char_level: bool = field(default=False, repr=False)
     tokens: list[str] | None = field(default=None, repr=False)
     logprobs: list[float] | None = field(default=None, repr=False)
-
-    @property
-    def ppl(self) -> float:
-        return _safe_exp(-self.logprob / self.num_tokens) if self.num_tokens else math.nan
-
-    @property
-    def bpc(self) -> float | None:
-        if not self.char_level or not self.num_tokens:
-            return None
-        return -self.logprob / self.num_tokens / LN2
-
-    @property
-    def surprisal(self) -> list[float] | None:
-        return None if self.logprobs is None else [-lp / LN2 for lp in self.logprobs]
 
     def to_dict(self, per_token: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
