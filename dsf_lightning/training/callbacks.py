@@ -5,6 +5,8 @@
 * :class:`PolyakAveraging`: a Polyak (running-mean) or exponential moving average of the weights, used
   for validation / test (the DSF paper, sec. 2.5, evaluates its subword models with a Polyak average).
 * :class:`GradientNormMonitor`: logs the total gradient norm before clipping and counts clipped steps.
+* :class:`CpuTimeBudget`: stops training after a budget of process CPU time spent in training batches
+  (comparisons at equal compute on a shared, noisy machine, where wall time is not fair).
 
 All three find the weights through the LightningModule they are attached to; the column normalization
 needs the :class:`~dsf_lightning.model.RecurrentLM`, found as ``pl_module.model`` (``model_attr``).
@@ -16,6 +18,7 @@ so put :class:`ColumnNormalization` *before* :class:`PolyakAveraging` to average
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from typing import Any
 
@@ -351,3 +354,65 @@ class GradientNormMonitor(L.Callback):
         self.num_steps = int(state_dict["num_steps"])
         self.num_clipped = int(state_dict["num_clipped"])
         self.num_nonfinite = int(state_dict.get("num_nonfinite", 0))
+
+
+# ---------------------------------------------------------------------------------------------
+class CpuTimeBudget(L.Callback):
+    """Stop training once the training batches have used ``seconds`` of process CPU time.
+
+    CPU time (``time.process_time``: all threads of this process) is counted from the start to the end
+    of each training batch (forward, backward, optimizer step), so validation and data loading are not
+    charged, and time the process spends waiting for a busy core is not charged either: models trained
+    side by side with other jobs still get equal compute. Every ``record_every`` steps the callback
+    appends ``{"step", "cpu_seconds", "tokens", "train_loss"}`` to :attr:`curve` (a training curve
+    against compute). The budget survives a resume (``state_dict``).
+
+    Args:
+        seconds: the CPU-time budget, > 0.
+        record_every: steps between curve points (>= 1).
+    """
+
+    def __init__(self, seconds: float, record_every: int = 50) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+            raise ValueError(f"CpuTimeBudget: seconds must be a positive number, got {seconds!r}")
+        if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
+            raise ValueError(f"CpuTimeBudget: record_every must be a positive integer, got {record_every!r}")
+        self.seconds = float(seconds)
+        self.record_every = record_every
+        self.used = 0.0
+        self.tokens = 0
+        self.steps = 0
+        self.curve: list[dict[str, float]] = []
+        self._started: float | None = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        self._started = time.process_time()
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._started is None:
+            return
+        self.used += time.process_time() - self._started
+        self._started = None
+        self.steps += 1
+        targets = batch[1] if isinstance(batch, (tuple, list)) and len(batch) > 1 else None
+        if isinstance(targets, Tensor):
+            self.tokens += int(targets.numel())
+        if self.steps % self.record_every == 0:
+            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+            self.curve.append({
+                "step": self.steps, "cpu_seconds": round(self.used, 3), "tokens": self.tokens,
+                "train_loss": float(loss.detach()) if isinstance(loss, Tensor) else float("nan"),
+            })
+        if self.used >= self.seconds:
+            trainer.should_stop = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"used": self.used, "tokens": self.tokens, "steps": self.steps, "curve": list(self.curve)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.used = float(state_dict["used"])
+        self.tokens = int(state_dict["tokens"])
+        self.steps = int(state_dict["steps"])
+        self.curve = list(state_dict.get("curve", []))
