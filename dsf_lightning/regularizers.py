@@ -14,6 +14,9 @@
   matrix W and the decoding matrix Z (the value 15 was cross-validated on Penn). The Lightning
   callback that applies it after every optimizer step is
   :class:`dsf_lightning.training.callbacks.ColumnNormalization`.
+* :func:`l1_penalty`: the L1 weight penalty of the IRLM paper's "IRLM (L1 reg)" row (Table 2); the paper
+  gives neither its strength nor the matrices it covers: here every weight matrix (biases, gains and the
+  IRLM self-connections excluded).
 """
 
 from __future__ import annotations
@@ -429,3 +432,14 @@ def normalize_columns(
     for _, weight, dim in targets:
         renormalize_(weight, dim, max_norm, mode)
     return [name for name, _, _ in targets]
+
+
+def l1_penalty(model: nn.Module) -> Tensor:
+    """``sum |w|`` over every weight matrix of ``model`` (parameters with two or more dimensions: the
+    embedding, the cells' input and recurrent matrices, the decoder; a tied matrix once). Vectors
+    (biases, the IRLM self-connections ``rho``, SCRN's alpha) are not penalized. IRLM paper, Table 2,
+    "IRLM (L1 reg)"."""
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    if not matrices:
+        raise ValueError(f"{type(model).__name__} has no weight matrices to penalize")
+    return torch.stack([p.abs().sum(dtype=torch.float32) for p in matrices]).sum()

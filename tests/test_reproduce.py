@@ -130,12 +130,18 @@ def test_rows_whose_corpus_is_missing_are_skipped_and_named(tmp_path):
     assert "skipped: corpus missing" in (tmp_path / "out" / "scrn-table6.md").read_text()
 
 
-def test_pending_rows_are_listed_with_their_reason(tmp_path):
-    summary = runner.run_table("irlm-table2", scale="tiny", data_root=tmp_path, out=tmp_path / "out",
-                               rows=["irlm-l1"], log=lambda _: None)
-    assert summary["pending"] == ["irlm-l1"]
-    row = next(r for r in read_csv(tmp_path / "out" / "irlm-table2.csv") if r["row"] == "irlm-l1")
-    assert row["status"] == "pending" and "L1" in row["message"]
+def test_pending_rows_are_listed_with_their_reason(tmp_path, monkeypatch):
+    from dsf_lightning.reproduce import tables
+
+    real = tables.get_table("irlm-table2")
+    waiting = tables.Row("waits", "A row waiting for a feature", 1.0, "ppl", pending="needs a feature X")
+    table = tables.Table("with-pending", "a table with a pending row", real.paper, (*real.rows, waiting))
+    monkeypatch.setitem(tables.TABLES, table.id, table)
+    summary = runner.run_table(table.id, scale="tiny", data_root=tmp_path, out=tmp_path / "out",
+                               rows=["waits"], log=lambda _: None)
+    assert summary["pending"] == ["waits"]
+    row = next(r for r in read_csv(tmp_path / "out" / "with-pending.csv") if r["row"] == "waits")
+    assert row["status"] == "pending" and "feature X" in row["message"]
 
 
 def test_unknown_table_or_row_is_a_clear_error(tmp_path):

@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
-from ..regularizers import sobolev_penalty
+from ..regularizers import l1_penalty, sobolev_penalty
 from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
@@ -48,6 +48,8 @@ class LanguageModelModule(L.LightningModule):
         iterative_inference_step: lambda of DSF sec 2.5 (0: off).
         sobolev_weight: beta of the Sobolev penalty on ||dh_t/dh_{t-1}||_F^2 (SCRN paper sec 7, eq. 10;
             0: off), over ``sobolev_layers`` (None: all).
+        l1_weight: strength of an L1 penalty on every weight matrix (IRLM paper Table 2, "IRLM (L1 reg)";
+            0: off), added to the mean per-token loss.
         sampled_loss: train with ``"nce"`` (IRLM sec 5.2) or ``"sampled_softmax"`` instead of the full
             softmax, with ``sampled_loss_samples`` noise words drawn from ``sampled_loss_noise``
             (``"unigram"`` from the training split, ``"log-uniform"`` or ``"uniform"``); evaluation always
@@ -94,6 +96,7 @@ class LanguageModelModule(L.LightningModule):
         iterative_inference_step: float = 0.0,
         sobolev_weight: float = 0.0,
         sobolev_layers: list[int] | None = None,
+        l1_weight: float = 0.0,
         sampled_loss: Literal["nce", "sampled_softmax"] | None = None,
         sampled_loss_samples: int = 1024,
         sampled_loss_noise: Literal["unigram", "log-uniform", "uniform"] = "unigram",
@@ -128,6 +131,8 @@ class LanguageModelModule(L.LightningModule):
             hidden_sizes = budget_sizes = [size] * layers  # recorded in hparams below
         if not 0.0 < lr_decay_factor <= 1.0:
             raise ValueError(f"lr_decay_factor must be in (0, 1], got {lr_decay_factor!r}")
+        if isinstance(l1_weight, bool) or not isinstance(l1_weight, (int, float)) or not l1_weight >= 0:
+            raise ValueError(f"l1_weight must be a number >= 0, got {l1_weight!r}")
         if lr_decay_after_epoch is not None and lr_halving_patience is not None:
             raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
         self.save_hyperparameters()
@@ -224,6 +229,10 @@ class LanguageModelModule(L.LightningModule):
             penalty = sobolev_penalty(self.model, inputs, state, layers=hp.sobolev_layers)
             self.log("train_sobolev", penalty, on_step=True, on_epoch=False)
             loss = loss + hp.sobolev_weight * penalty.float()
+        if hp.get("l1_weight", 0.0) > 0:  # .get: checkpoints written before the option existed
+            penalty = l1_penalty(self.model)
+            self.log("train_l1", penalty, on_step=True, on_epoch=False)
+            loss = loss + hp.l1_weight * penalty
         return loss, final_state
 
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
