@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_score_parser(commands)
     add_export_parser(commands)
     add_push_parser(commands)
+    from .analysis.command import add_analyze_parser
+
+    add_analyze_parser(commands)
     return parser
 
 
