@@ -28,6 +28,11 @@ decoder (sec. 4) and column normalization of ``W`` and ``Z``. The paper's smooth
 Registered cells:
 
 * ``irlm``  the diagonal linear recurrence above, optionally with LCUs.
+
+Speed: a whole sequence is one matrix product (``W y_t`` for all t) and one call of
+:func:`dsf_lightning.ops.scan.linear_recurrence` (``implementation = "fast"``, the default; the plain
+step loop of ``recur`` is :meth:`IRLMCell.forward_reference`). A variational dropout mask ``m`` on the
+state only changes the coefficient (``r * (m * x_{t-1}) = (r * m) * x_{t-1}``), so masks keep the scan.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import CellOptionError, RecurrentCell, State
+from ..ops.scan import linear_recurrence
+from .base import CellOptionError, MaybeMasks, RecurrentCell, State
 from .registry import register_cell
 
 
@@ -81,7 +87,15 @@ class IRLMCell(RecurrentCell):
 
     Parameters: ``W`` [H, I] (the encoding matrix), ``rho`` [H] (self-connections before squashing):
     ``H I + H``.
+
+    ``implementation`` (an attribute, not an option): ``"fast"`` runs :meth:`forward` as one product and
+    one :func:`~dsf_lightning.ops.scan.linear_recurrence`; ``"reference"`` as the step loop.
     """
+
+    #: "fast" (matmul + linear_recurrence) or "reference" (step loop); see the module docstring
+    implementation: str = "fast"
+    #: the ``method`` passed to :func:`~dsf_lightning.ops.scan.linear_recurrence`
+    scan_method: str = "auto"
 
     def __init__(
         self,
@@ -163,6 +177,28 @@ class IRLMCell(RecurrentCell):
         (x_prev,) = state
         x = projected_t + self.r * x_prev  # sec. 3: x_t = W y_t + R x_{t-1}, R diagonal, f = identity
         return x, (x,)
+
+    def forward_reference(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """The reference whole-sequence forward: the step loop of :meth:`recur`."""
+        return super().forward(x, state, state_masks)
+
+    def forward(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        if self.implementation != "fast":
+            return self.forward_reference(x, state, state_masks)
+        self._check_input(x, 3)
+        if state is None:
+            state = self.init_state(x.shape[0], x.device, x.dtype)
+        (x0,) = state
+        mask = None if state_masks is None else state_masks[0]
+        a = self.r if mask is None else (self.r * mask).unsqueeze(1)  # [H] or [B, 1, H]
+        states = linear_recurrence(a, self.project_inputs(x), x0, method=self.scan_method)  # [B, T, H]
+        if states.shape[1] == 0:
+            return states, (x0,)
+        return states, (states[:, -1],)
 
     def extra_repr(self) -> str:
         return (

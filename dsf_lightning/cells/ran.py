@@ -24,6 +24,14 @@ Registered cells:
 * ``ran-simple``  eq. 2 (needs ``input_size == hidden_size``: the content is x_t itself).
 
 Both carry only ``c``: in eq. 1, ``h_{t-1} = g(c_{t-1})`` is recomputed from it exactly.
+
+Where a parallel scan applies, and where it does not: ``c_t = i_t * c~_t + f_t * c_{t-1}`` is a diagonal
+*linear* recurrence in ``c`` once the gates are known, but the gates read ``h_{t-1} = g(c_{t-1})``
+(eq. 1) or ``c_{t-1}`` (eq. 2), so training and scoring (:meth:`forward`) must still step through time:
+a scan cannot compute the gates. It does apply to everything downstream of recorded gates: given
+``(content, i, f)`` for all steps, :meth:`RANCell.states_from_gates` rebuilds every ``c_t`` with one call
+of :func:`dsf_lightning.ops.scan.linear_recurrence` (``a_t = f_t``, ``b_t = i_t * c~_t``), differentiable
+in the gates; this is the decomposition of eq. 3 that the influence analysis (eq. 7) reads.
 """
 
 from __future__ import annotations
@@ -32,10 +40,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..ops.scan import linear_recurrence
 from .base import CellOptionError, RecurrentCell, State, activation, check_choice
 from .registry import register_cell
 
 OUTPUT_FUNCTIONS = ("tanh", "identity")
+
+
+def states_from_gates(
+    content: Tensor, i: Tensor, f: Tensor, c0: Tensor | None = None, method: str = "auto"
+) -> Tensor:
+    """Every cell state ``c_t = i_t * c~_t + f_t * c_{t-1}`` (eqs 1-3) from recorded gates.
+
+    ``content``, ``i``, ``f`` ``[B, T, H]`` (the content ``c~_t``, or ``x_t`` for eq. 2), ``c0`` ``[B, H]``
+    (zeros when None). One :func:`~dsf_lightning.ops.scan.linear_recurrence` instead of a loop; gradients
+    flow to all inputs. It does not replace :meth:`RANCell.forward`: there the gates depend on the state.
+    """
+    if c0 is None:
+        c0 = content.new_zeros(content.shape[0], content.shape[2])
+    return linear_recurrence(f, i * content, c0, method=method)
 
 
 @register_cell("ran")
@@ -87,6 +110,13 @@ class RANCell(RecurrentCell):
         c = i * content + f * c_prev  # eq. 1: purely additive state update
         return self.g(c), (c,)
 
+    def states_from_gates(
+        self, content: Tensor, i: Tensor, f: Tensor, c0: Tensor | None = None, method: str = "auto"
+    ) -> Tensor:
+        """All cell states ``[B, T, H]`` from recorded ``(content, i, f)`` by one scan (see the module
+        docstring: the gates themselves still need the step loop)."""
+        return states_from_gates(content, i, f, c0, method)
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, g={self.g_name!r}"
 
@@ -136,3 +166,10 @@ class SimpleRANCell(RecurrentCell):
         x, i, f = self.gates(projected_t, c_prev)
         c = i * x + f * c_prev  # eq. 2
         return c, (c,)
+
+    def states_from_gates(
+        self, content: Tensor, i: Tensor, f: Tensor, c0: Tensor | None = None, method: str = "auto"
+    ) -> Tensor:
+        """All cell states ``[B, T, H]`` from recorded ``(content, i, f)`` by one scan (see the module
+        docstring: the gates themselves still need the step loop)."""
+        return states_from_gates(content, i, f, c0, method)

@@ -17,6 +17,14 @@ Registered cells:
 
 * ``scrn``  eqs 1-2, output ``[s; h]`` (eq. 7) or ``h`` alone (the sec. 6.1 ablation "context in
             softmax" removed).
+
+Speed (``implementation = "fast"``, the default; the plain step loop of ``recur`` is
+:meth:`SCRNCell.forward_reference`): eq. 1 does not read ``h``, so all context states come first from
+one :func:`dsf_lightning.ops.scan.linear_recurrence` (a constant decay ``alpha``), then ``s_t P`` for all
+steps is one matrix product, and only eq. 2's ``h`` recurrence is a loop, run by
+:func:`dsf_lightning.ops.fused_rnn.gated_recurrence` (one ``[B, d_h] x [d_h, d_h]`` product per step, a
+hand-written backward, ``dR`` as one product over all steps). State masks keep working: a mask on ``h``
+(the only one the model draws, eq. 9) is applied inside that loop, one on ``s`` scales the decay.
 """
 
 from __future__ import annotations
@@ -27,8 +35,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..ops.fast_linear import fast_linear
+from ..ops.fused_rnn import ACTIVATION_NAMES, gated_recurrence
+from ..ops.scan import linear_recurrence
 from .base import (
     CellOptionError,
+    MaybeMasks,
     RecurrentCell,
     State,
     activation,
@@ -75,6 +87,10 @@ class SCRNCell(RecurrentCell):
     """
 
     recurrent_state_index = 1  # variational dropout masks h, never the context s (SCRN eq. 9)
+    #: "fast" (scan of eq. 1 + fused loop of eq. 2) or "reference" (step loop); see the module docstring
+    implementation: str = "fast"
+    #: the ``method`` passed to :func:`~dsf_lightning.ops.scan.linear_recurrence` for eq. 1
+    scan_method: str = "auto"
 
     def __init__(
         self,
@@ -149,6 +165,43 @@ class SCRNCell(RecurrentCell):
         h = self.sigma(pre)  # eq. 2
         out = torch.cat((s, h), dim=-1) if self.output == "both" else h  # eq. 7: y_t = [s_t; h_t]
         return out, (s, h)
+
+    def forward_reference(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """The reference whole-sequence forward: the step loop of :meth:`recur`."""
+        return super().forward(x, state, state_masks)
+
+    def forward(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        if (
+            self.implementation != "fast"
+            or x.dim() != 3
+            or x.shape[1] == 0
+            or self.hidden_activation not in ACTIVATION_NAMES
+            or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0
+        ):
+            return self.forward_reference(x, state, state_masks)
+        self._check_input(x, 3)
+        if state is None:
+            state = self.init_state(x.shape[0], x.device, x.dtype)
+        s0, h0 = state
+        s_mask, h_mask = (None, None) if state_masks is None else tuple(state_masks)
+        S = self.context_size
+        # [T, B, d_s + d_h]: time first, so each step of the h loop reads contiguous rows
+        projected = fast_linear(x.transpose(0, 1), torch.cat((self.B, self.A)))
+        xB, xA = projected.split((S, self.hidden_size), dim=-1)
+        alpha = self.alpha
+        a = alpha if s_mask is None else (alpha * s_mask).unsqueeze(1)  # [] or [B, 1, d_s]
+        s_all = linear_recurrence(a, ((1 - alpha) * xB).transpose(0, 1), s0, method=self.scan_method)  # eq. 1
+        pre = xA + fast_linear(s_all.transpose(0, 1), self.P)  # [T, B, d_h]: x A + s P for all steps
+        if self.b is not None:
+            pre = pre + self.b
+        hs = gated_recurrence(pre, None, None, self.R, h0, hmask=h_mask, phi=self.hidden_activation)  # eq. 2
+        h_all = hs.transpose(0, 1)  # [B, T, d_h]
+        out = torch.cat((s_all, h_all), dim=-1) if self.output == "both" else h_all  # eq. 7
+        return out, (s_all[:, -1], hs[-1])
 
     def extra_repr(self) -> str:
         return (
