@@ -10,7 +10,8 @@ Dropout follows the SCRN paper (``papers/scrn_reproducing_and_regularizing.md``)
 output ``y^(0)`` with ``dropout_input`` and each layer output ``y^(l)`` with ``dropout_output``) or
 variational dropout (sec 4.3, eq. 9, Gal & Ghahramani: one mask per sequence window for inputs,
 outputs and the recurrent state h with ``dropout_hidden``, never the SCRN context s). Embedding
-dropout drops whole word types. The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell
+dropout drops whole word types. ``dropout_output_context: false`` keeps output dropout off a cell's
+context features (the SCRN paper's "- dropout of context" ablation, sec. 8: ``y_t = [s_t; h_t * xi_t]``). The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell
 option (``cell_options: {dropout: p}``).
 
 Weight tying (SCRN sec 4.4): the decoder reuses the embedding ``E`` for the last
@@ -82,6 +83,7 @@ class LMConfig:
     dropout_input: float = 0.0
     dropout_hidden: float = 0.0
     dropout_output: float = 0.0
+    dropout_output_context: bool = True
     variational: bool = False
 
     def __post_init__(self) -> None:
@@ -119,7 +121,7 @@ class LMConfig:
                 )
             elif self.embedding_size != 0:
                 check_positive_int("embedding_size", self.embedding_size)
-            for name in ("tie_weights", "variational"):
+            for name in ("tie_weights", "variational", "dropout_output_context"):
                 if not isinstance(getattr(self, name), bool):
                     raise ModelConfigError(f"{name} must be true or false, got {getattr(self, name)!r:.80}")
             for name in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output"):
@@ -259,6 +261,14 @@ class RecurrentLM(nn.Module):
             return y * _dropout_mask(y, (y.shape[0], 1, y.shape[2]), p)
         return F.dropout(y, p, training=True)
 
+    def _drop_output(self, layer: RecurrentCell, y: Tensor) -> Tensor:
+        """Output dropout of one layer; with ``dropout_output_context`` false the cell's leading context
+        features pass untouched (SCRN paper sec. 8: ``y_t = [s_t; h_t * xi_t(p_o)]``)."""
+        context = 0 if self.config.dropout_output_context else layer.output_context_size
+        if context == 0:
+            return self._drop(y, self.config.dropout_output)
+        return torch.cat((y[..., :context], self._drop(y[..., context:], self.config.dropout_output)), dim=-1)
+
     def features(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
         """Top-layer outputs ``[B, T, output_size]`` before the decoder, and the new state."""
         if tokens.dim() != 2:
@@ -269,7 +279,7 @@ class RecurrentLM(nn.Module):
         new_state = []
         for layer, layer_state in zip(self.layers, state):
             y, layer_state = layer(y, layer_state, state_masks=self._state_masks(layer, layer_state))
-            y = self._drop(y, self.config.dropout_output)  # [B, T, output_size]
+            y = self._drop_output(layer, y)  # [B, T, output_size]
             new_state.append(layer_state)
         return y, tuple(new_state)
 

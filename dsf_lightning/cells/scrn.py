@@ -128,6 +128,7 @@ class SCRNCell(RecurrentCell):
             self.register_buffer("alpha_fixed", torch.tensor(alpha))
         self.state_sizes = (S, H)
         self.output_size = S + H if self.output == "both" else H
+        self.output_context_size = S if self.output == "both" else 0
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -170,7 +170,7 @@ def _scrn_table5() -> Table:
             Row(f"{size}-full", f"SCRN + ND + WT, {size}", full, "ppl", f"ptb/scrn_{size}_nd_wt.yaml"),
             Row(f"{size}-no-reg", f"- regularization, {size}", noreg, "ppl", f"ptb/scrn_{size}_nd_wt_no_reg.yaml"),
             Row(f"{size}-no-context-dropout", f"- dropout of context, {size}", noctxdrop, "ppl",
-                pending="needs output dropout on h alone (y = [s; h * mask]); RecurrentLM drops the whole [s; h]"),
+                f"ptb/scrn_{size}_nd_wt_no_context_dropout.yaml"),
             Row(f"{size}-no-context-softmax", f"- context in softmax, {size}", noctx, "ppl",
                 f"ptb/scrn_{size}_nd_wt_no_context_softmax.yaml"),
         ]

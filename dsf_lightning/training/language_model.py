@@ -86,6 +86,7 @@ class LanguageModelModule(L.LightningModule):
         dropout_input: float = 0.0,
         dropout_hidden: float = 0.0,
         dropout_output: float = 0.0,
+        dropout_output_context: bool = True,
         variational: bool = False,
         optimizer: Literal["adam", "sgd"] = "adam",
         lr: float = 1e-3,
@@ -151,6 +152,7 @@ class LanguageModelModule(L.LightningModule):
             dropout_input=dropout_input,
             dropout_hidden=dropout_hidden,
             dropout_output=dropout_output,
+            dropout_output_context=dropout_output_context,
             variational=variational,
         )
         self.model = RecurrentLM(self.config)
