@@ -87,9 +87,69 @@ def build_parser() -> argparse.ArgumentParser:
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
 
+def _names_a_class(value) -> bool:
+    """A ``model:`` / ``data:`` value in subclass form: ``{class_path: ...}`` or a bare class name."""
+    if isinstance(value, dict):
+        return "class_path" in value
+    return isinstance(value, str) and bool(value.strip()) and not value.strip().startswith(("{", "["))
+
+
+def is_task_recipe(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (its ``--config`` files, ``--model`` / ``--data`` values) names the model or the
+    data by ``class_path``: the sequence-task form (``SequenceClassifier`` + a task DataModule) rather
+    than the language-model form (plain ``model:`` / ``data:`` keys)."""
+    from .training.guards import _config_source
+
+    args = [str(a) for a in argv]
+    for i, arg in enumerate(args):
+        key, value = (arg.split("=", 1) + [None])[:2] if arg.startswith("--") else (arg, None)
+        if value is None and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+        key = key.lstrip("-")
+        if key in ("model.class_path", "data.class_path"):
+            return True
+        if value is None:
+            continue
+        if key in ("model", "data"):
+            parsed, _ = _config_source(value)
+            if _names_a_class(parsed):
+                return True
+        elif key in ("c", "config"):
+            parsed, _ = _config_source(value)
+            if isinstance(parsed, dict) and any(
+                isinstance(parsed.get(group), (dict, str)) and _names_a_class(parsed.get(group)) for group in ("model", "data")
+            ):
+                return True
+    return False
+
+
+def _data_option(name: str):
+    """``compute_fn`` for a link from the instantiated task DataModule: one of its ``model_options()``
+    (read there, not from an attribute: IMDB knows its vocabulary only once its reviews are read)."""
+
+    def compute(data):
+        options = data.model_options() if hasattr(data, "model_options") else {}
+        default = {"vocab_size": 0, "input_size": 0}.get(name)
+        value = options.get(name, getattr(data, name, default))
+        return default if value is None else value
+
+    compute.__name__ = f"model_options()[{name!r}]"
+    return compute
+
+
 def lightning_cli(argv: Sequence[str], run: bool = True):
     """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``); with
-    ``run=False`` ``argv`` holds no subcommand and the CLI only parses and instantiates (recipe tests)."""
+    ``run=False`` ``argv`` holds no subcommand and the CLI only parses and instantiates (recipe tests).
+
+    Two recipe forms:
+
+    * language models (plain ``model:`` / ``data:`` keys): :class:`~dsf_lightning.training.LanguageModelModule`
+      over :class:`~dsf_lightning.data.datamodule.LanguageModelDataModule`, ``data.vocab_size`` linked in;
+    * sequence tasks (``model:`` / ``data:`` with a ``class_path``, the sr-RNN paper's tasks): subclass mode
+      over :class:`~dsf_lightning.tasks.SequenceClassifier` / ``SequenceTagger`` and the task DataModules
+      (:class:`~dsf_lightning.tasks.SequenceDataModule`), with the DataModule's ``vocab_size``,
+      ``input_size`` and ``num_classes`` linked into the model.
+    """
     from lightning.pytorch.cli import LightningCLI
 
     from .data.datamodule import LanguageModelDataModule
@@ -98,9 +158,18 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     from .training.guards import check_recipe_imports, check_trainer_counts
 
     check_recipe_imports(argv)  # no class_path / callable outside the trusted packages (UnsafeRecipeError)
+    task_mode = is_task_recipe(argv)
 
     class DSFCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
+            if task_mode:
+                # what the data decides (vocabulary, features, classes): a YAML value for these is ignored.
+                # `end_token` is not linked (SequenceTagger has none); SequenceClassifier.setup checks it
+                # against the data's start_end_tokens.
+                for name in ("vocab_size", "input_size", "num_classes"):
+                    parser.link_arguments("data", f"model.init_args.{name}", compute_fn=_data_option(name),
+                                          apply_on="instantiate")
+                return
             # the vocabulary is known only once the corpus is read: a YAML value here is ignored
             parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
             # fine-tuning: the data is encoded with the vocabulary of the model it starts from
@@ -122,6 +191,20 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
                 kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
             return super().instantiate_trainer(**kwargs)
 
+    if task_mode:
+        from .tasks.data import SequenceDataModule
+        from .tasks.modules import _RecurrentSequenceModule
+
+        return DSFCLI(
+            _RecurrentSequenceModule,
+            SequenceDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=list(argv),
+            run=run,
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+        )
     return DSFCLI(
         LanguageModelModule,
         LanguageModelDataModule,

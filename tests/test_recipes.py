@@ -1,26 +1,51 @@
 """Every recipe under recipes/ is parsed and instantiated through the real ``dsf`` LightningCLI.
 
-Where the recipe's corpus is on disk (``DSF_DATA_ROOT``, default ../shared/data) it is loaded for real;
-otherwise a tiny text folder stands in, so the recipe's model, trainer and callbacks are still built.
+Language-model recipes (plain ``model:`` / ``data:`` keys): where the recipe's corpus is on disk
+(``DSF_DATA_ROOT``, default ../shared/data) it is loaded for real; otherwise a tiny text folder stands in,
+so the recipe's model, trainer and callbacks are still built.
+
+Task recipes (``model:`` / ``data:`` with a ``class_path``: the sr-RNN paper's tasks) run the CLI in
+subclass mode. Their data is generated (Tomita, parentheses, palindromes, copying: nothing is generated
+at instantiation) or read from the data root (pixel MNIST reads nothing until ``setup``); IMDB reads its
+training reviews to build the vocabulary the model needs, so a tiny IMDB folder stands in (the real
+reviews take ~10 s per recipe; the IMDB DataModule has its own corpus tests).
 """
 
+import json
+import lzma
 import os
 from pathlib import Path
 
 import pytest
 import yaml
 
-from dsf_lightning.cli import lightning_cli
+from dsf_lightning.cli import is_task_recipe, lightning_cli
 from dsf_lightning.data.corpora import CorpusError
+from dsf_lightning.tasks.data import SequenceDataModule
+from dsf_lightning.tasks.modules import SequenceClassifier, _RecurrentSequenceModule
 from dsf_lightning.training import LanguageModelModule
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
+TASK_RECIPES = [p for p in RECIPES if is_task_recipe(["--config", str(p)])]
+LM_RECIPES = [p for p in RECIPES if p not in TASK_RECIPES]
 DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
+TASK_FOLDERS = ("copying", "imdb_sentiment", "mnist", "palindromes", "parentheses", "tomita")
+
+
+def _ids(paths):
+    return [str(p.relative_to(ROOT / "recipes")) for p in paths]
 
 
 def test_there_are_recipes():
     assert RECIPES, "no recipes found under recipes/"
+    assert LM_RECIPES and TASK_RECIPES
+
+
+def test_task_recipes_are_recognized_by_folder():
+    """Every recipe of the sr-RNN task folders is in the class_path (task) form; no LM recipe is."""
+    for path in RECIPES:
+        assert (path in TASK_RECIPES) == (path.relative_to(ROOT / "recipes").parts[0] in TASK_FOLDERS), path
 
 
 def test_every_recipe_opens_with_a_teaching_header():
@@ -41,6 +66,18 @@ def tiny_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tiny_imdb(tmp_path_factory):
+    """A data root with a 40-review ``imdb/{train,test}.jsonl.xz`` (checksums off: ``verify: false``)."""
+    root = tmp_path_factory.mktemp("tiny_imdb")
+    (root / "imdb").mkdir()
+    reviews = [{"text": f"a {'great' if i % 2 else 'terrible'} film number {i}", "label": i % 2} for i in range(40)]
+    for split in ("train", "test"):
+        with lzma.open(root / "imdb" / f"{split}.jsonl.xz", "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in reviews)
+    return root
+
+
+@pytest.fixture(scope="module")
 def stand_in_stage1(tmp_path_factory, tiny_folder):
     """A tiny pretrained Delta-RNN folder standing in for a recipe's earlier stage (``model.init_from``)."""
     from dsf_lightning.data.corpora import load_corpus
@@ -58,7 +95,7 @@ def _init_from(recipe):
     return model.get("init_from")
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=[str(p.relative_to(ROOT / "recipes")) for p in RECIPES])
+@pytest.mark.parametrize("recipe", LM_RECIPES, ids=_ids(LM_RECIPES))
 def test_recipe_instantiates_through_the_cli(recipe, tiny_folder, stand_in_stage1, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ folders land here
     args = ["--config", str(recipe), "--data.data_root", DATA_ROOT]
@@ -73,3 +110,61 @@ def test_recipe_instantiates_through_the_cli(recipe, tiny_folder, stand_in_stage
     assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size > 0  # linked, not from the YAML
     assert cli.trainer.max_epochs >= 1
     assert cli.model.num_parameters > 0
+
+
+@pytest.mark.parametrize("recipe", TASK_RECIPES, ids=_ids(TASK_RECIPES))
+def test_task_recipe_instantiates_through_the_cli(recipe, tiny_imdb, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data_class = yaml.safe_load(recipe.read_text())["data"]["class_path"]
+    args = ["--config", str(recipe)]
+    if data_class.endswith("IMDBSentimentDataModule"):
+        args += ["--data.init_args.data_root", str(tiny_imdb), "--data.init_args.verify", "false"]
+    elif data_class.endswith("PixelMNISTDataModule"):
+        args += ["--data.init_args.data_root", DATA_ROOT]
+    cli = lightning_cli(args, run=False)
+    model, data = cli.model, cli.datamodule
+    assert isinstance(model, _RecurrentSequenceModule) and isinstance(data, SequenceDataModule)
+    assert type(model).__name__ == yaml.safe_load(recipe.read_text())["model"]["class_path"].rsplit(".", 1)[1]
+    options = data.model_options()  # what the data decides is linked into the model, not read from the YAML
+    assert model.hparams.num_classes == options["num_classes"] == data.num_classes
+    if model.hparams.input_mode == "values":
+        assert model.hparams.input_size == options["input_size"] > 0
+    else:
+        assert model.hparams.vocab_size == options["vocab_size"] == data.vocab_size > 0
+    if isinstance(model, SequenceClassifier):
+        assert model.hparams.end_token == data.start_end_tokens
+    assert cli.trainer.max_epochs >= 1
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_a_task_recipe_fits_and_tests_through_dsf(tmp_path, monkeypatch, capsys):
+    """`dsf fit` then `dsf test` of the Tomita-1 recipe, shrunk to a few steps: checkpoints and metrics."""
+    from dsf_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "recipes" / "tomita" / "sr_gru_g1.yaml")
+    small = ["--model.init_args.hidden_size", "8", "--model.init_args.cell_options", "{k: 3}",
+             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    assert main(["fit", "--config", recipe, *small, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
+                 "--trainer.limit_val_batches", "2"]) == 0
+    ckpt = tmp_path / "runs" / "tomita" / "sr_gru_g1" / "checkpoints" / "best.ckpt"
+    assert ckpt.is_file() and (ckpt.parent / "last.ckpt").is_file()
+    assert main(["test", "--config", recipe, *small, "--ckpt_path", str(ckpt), "--trainer.limit_test_batches", "2"]) == 0
+    assert "test_acc" in capsys.readouterr().out
+
+
+def test_task_recipe_class_paths_are_guarded(tmp_path):
+    from dsf_lightning.training.guards import UnsafeRecipeError
+
+    recipe = tmp_path / "evil.yaml"
+    recipe.write_text("model:\n  class_path: os.system\ndata:\n  class_path: dsf_lightning.tasks.TomitaDataModule\n")
+    assert is_task_recipe(["--config", str(recipe)])
+    with pytest.raises(UnsafeRecipeError):
+        lightning_cli(["--config", str(recipe)], run=False)
+
+
+def test_the_task_form_is_detected_from_the_command_line_too(tmp_path):
+    lm = ROOT / "recipes" / "ptb" / "lstm.yaml"
+    assert not is_task_recipe(["fit", "--config", str(lm), "--model.cell", "gru"])
+    assert is_task_recipe(["fit", "--model", "dsf_lightning.tasks.SequenceClassifier", "--data=dsf_lightning.tasks.TomitaDataModule"])
+    assert is_task_recipe(["--model.class_path", "dsf_lightning.tasks.SequenceTagger"])

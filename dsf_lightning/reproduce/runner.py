@@ -411,7 +411,7 @@ meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `pape
 
 
 def render_markdown(table: Table, rows: list[dict], scale: str) -> str:
-    unit = {"ppl": "PPL", "bpc": "BPC", "nll": "NLL"}
+    unit = {"ppl": "PPL", "bpc": "BPC", "nll": "NLL", "error": "error"}
     lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: test. "
              "Difference = measured - published (lower is better for every metric here).", "",
              "| row | metric | published | measured | difference | wall s | tokens/s | parameters | status |",

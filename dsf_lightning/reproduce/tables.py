@@ -7,8 +7,15 @@ A row with ``evaluation="dynamic1"`` / ``"dynamic2"`` trains nothing: it evaluat
 validation split and then the test split; SGD step 0.005), so it is an evaluation mode of the same model.
 A row with ``pending`` set needs a feature the library does not have yet; it is listed with that reason.
 
-Metrics: ``ppl`` (test perplexity, ``test_ppl``), ``bpc`` (bits per character, ``test_bpc``) and ``nll``
-(nats per symbol, ``test_loss``).
+Metrics: ``ppl`` (test perplexity, ``test_ppl``), ``bpc`` (bits per character, ``test_bpc``), ``nll``
+(nats per symbol, ``test_loss``) and ``error`` (classification error rate, ``test_error``; with several
+test sets, ``split`` names the one: ``test_error/<split>``).
+
+The sr-RNN paper's sequence tasks (``srnn-*`` tables other than ``srnn-wikipedia``) name task recipes
+(``model:`` / ``data:`` by ``class_path``). The table runner drives language-model recipes, so these rows
+are listed as *pending* with the command that runs them (``dsf fit`` / ``dsf test`` of the recipe, or the
+experiment scripts ``python -m dsf_lightning.tasks.{tomita,parentheses}_experiment``, whose measured tables
+are in ``results/sr_rnn/``).
 
 >>> from dsf_lightning.reproduce.tables import get_table, list_tables
 >>> [t.id for t in list_tables()][:3]
@@ -23,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-METRICS = {"ppl": "test_ppl", "bpc": "test_bpc", "nll": "test_loss"}
+METRICS = {"ppl": "test_ppl", "bpc": "test_bpc", "nll": "test_loss", "error": "test_error"}
 EVALUATIONS = ("dynamic1", "dynamic2")
 RECIPES_ENV = "DSF_RECIPES_DIR"
 
@@ -255,11 +262,105 @@ def _srnn_wikipedia() -> Table:
                  ("Attention / key-value / HORNN rows quote other papers.",))
 
 
+TASK_RUNS = ("the table runner drives language-model recipes; run the task recipe with `dsf fit --config recipes/{recipe}` "
+             "then `dsf test` with the best checkpoint{extra}")
+NAN = float("nan")  # the paper gives no number (curves only, or a text we do not have)
+
+
+def _task_row(key: str, label: str, published: float, recipe: str, metric: str = "error", split: str = "test",
+              overrides: dict | None = None, extra: str = "", note: str = "") -> Row:
+    return Row(key, label, published, metric, recipe, dict(overrides or {}), split=split,
+               pending=TASK_RUNS.format(recipe=recipe, extra=extra), note=note)
+
+
+def _srnn_tomita() -> Table:
+    extra = "; DFA extraction and the exact check: python -m dsf_lightning.tasks.tomita_experiment (results/sr_rnn/tomita.md)"
+    rows = tuple(
+        _task_row(f"g{g}", f"sr-GRU, Tomita {g}", 0.0 if g in (1, 2, 3, 4, 7) else NAN, f"tomita/sr_gru_g{g}.yaml",
+                  extra=extra)
+        for g in range(1, 8)
+    )
+    return Table("srnn-tomita", "sr-RNN paper sec. 4.1, Tomita grammars: sr-GRU, DFA recovered (test error)", SRNN, rows,
+                 ("The paper reports the minimal DFA recovered for grammars 1-4 and 7 (a recovered DFA makes no error: "
+                  "published 0); it gives no result for 5 and 6.",))
+
+
+BP_TEST_SETS = (("d1-10_l100", "d 1-10, l <= 100"), ("d10-20_l100", "d 10-20, l <= 100"), ("d10-20_l200", "d 10-20, l <= 200"),
+                ("d5_l200", "d 5, l <= 200"), ("d10_l200", "d 10, l <= 200"), ("d20_l1000", "d 20, l <= 1000"))
+BP_PUBLISHED = {
+    ("large", "lstm"): (0.005, 0.334, 0.341, 0.002, 0.207, 0.543),
+    ("large", "sr_lstm_p"): (0.000, 0.001, 0.003, 0.000, 0.004, 0.020),
+    ("small", "lstm"): (0.068, 0.472, 0.479, 0.042, 0.409, 0.519),
+    ("small", "sr_lstm_p"): (0.017, 0.189, 0.196, 0.015, 0.138, 0.380),
+}
+
+
+def _srnn_table1() -> Table:
+    extra = "; with a length curriculum: python -m dsf_lightning.tasks.parentheses_experiment (results/sr_rnn/parentheses.md)"
+    rows = []
+    for (size, model), published in BP_PUBLISHED.items():
+        name = {"lstm": "LSTM", "sr_lstm_p": "sr-LSTM-p (k = 5)"}[model]
+        over = {"data.init_args.size": "small"} if size == "small" else {}
+        for (split, label), value in zip(BP_TEST_SETS, published):
+            rows.append(_task_row(f"{size}-{model.replace('_', '-')}-{split}", f"{name}, {size} data, {label}", value,
+                                  f"parentheses/{model}.yaml", split=split, overrides=over, extra=extra))
+    return Table("srnn-table1", "sr-RNN paper Table 1, balanced parentheses by depth and length (test error)", SRNN,
+                 tuple(rows), ("The sr-LSTM column is the sr_lstm_p recipe with --model.init_args.cell sr-lstm.",))
+
+
+def _srnn_palindromes() -> Table:
+    published = {"lstm": (0.312, 0.420, 0.477), "sr_lstm_p": (0.105, 0.167, 0.298)}
+    names = {"lstm": "LSTM", "sr_lstm_p": "sr-LSTM-p (k = 5)"}
+    rows = tuple(
+        _task_row(f"{model.replace('_', '-')}-{split}", f"{names[model]}, length {split[1:]}", value,
+                  f"palindromes/{model}.yaml", split=split)
+        for model, values in published.items() for split, value in zip(("l50-100", "l50-200", "l50-500"), values)
+    )
+    return Table("srnn-palindromes", "sr-RNN paper Figure 8, palindromes by maximal test length (test error)", SRNN, rows,
+                 ("LSTM-p (28.4 / 36.2 / 41.5 %) and sr-LSTM (28.0 / 36.0 / 44.6 %) rows: the recipes with a cell override.",))
+
+
+def _srnn_copying() -> Table:
+    rows = (
+        _task_row("lstm-t100", "LSTM, T = 100", NAN, "copying/lstm.yaml", metric="nll"),
+        _task_row("sr-lstm-p-t100", "sr-LSTM-p (k = 10), T = 100", NAN, "copying/sr_lstm_p.yaml", metric="nll"),
+    )
+    return Table("srnn-copying", "sr-RNN paper appendix C Figure 15, copying memory (test cross-entropy per step)", SRNN,
+                 rows, ("The paper shows curves only: both models beat the memory-less baseline 10 log 8 / (T + 20) "
+                        "(0.173 nats at T = 100); T = 500: --data.init_args.lag 500 --model.init_args.hidden_size 256.",))
+
+
+def _srnn_imdb() -> Table:
+    rows = (
+        _task_row("lstm-full", "LSTM, full reviews", 0.101, "imdb_sentiment/lstm.yaml"),
+        _task_row("sr-lstm-p-full", "sr-LSTM-p (k = 10), full reviews", 0.092, "imdb_sentiment/sr_lstm_p.yaml"),
+        _task_row("lstm-trunc10-l100", "LSTM, trained on 10 words, tested at 100", 0.2996, "imdb_sentiment/lstm_truncated10.yaml", split="l100"),
+        _task_row("lstm-trunc10-l200", "LSTM, trained on 10 words, tested at 200", 0.3319, "imdb_sentiment/lstm_truncated10.yaml", split="l200"),
+        _task_row("sr-lstm-p-trunc10-l100", "sr-LSTM-p, trained on 10 words, tested at 100", 0.2604,
+                  "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l100"),
+        _task_row("sr-lstm-p-trunc10-l200", "sr-LSTM-p, trained on 10 words, tested at 200", 0.2621,
+                  "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l200"),
+    )
+    return Table("srnn-imdb", "sr-RNN paper Figures 9-10, IMDB sentiment (test error)", SRNN, rows)
+
+
+def _srnn_mnist() -> Table:
+    rows = (
+        _task_row("lstm-pixel", "LSTM, pixel MNIST", 1 - 0.977, "mnist/lstm_pixel.yaml"),
+        _task_row("sr-lstm-p-pixel", "sr-LSTM-p (k = 100), pixel MNIST", 1 - 0.992, "mnist/sr_lstm_p_pixel.yaml"),
+        _task_row("lstm-permuted", "LSTM, permuted pixel MNIST", NAN, "mnist/lstm_permuted.yaml"),
+        _task_row("sr-lstm-p-permuted", "sr-LSTM-p (k = 100), permuted pixel MNIST", NAN, "mnist/sr_lstm_p_permuted.yaml"),
+    )
+    return Table("srnn-mnist", "sr-RNN paper Figure 12, pixel-by-pixel MNIST (test error = 1 - accuracy)", SRNN, rows,
+                 ("The permuted accuracies are not in the paper's text we have.",))
+
+
 TABLES: dict[str, Table] = {
     t.id: t
     for t in (
         _dsf_table1("word"), _dsf_table1("char"), _dsf_table2(), _scrn_table2(), _scrn_table4(), _scrn_table5(),
         _scrn_table6(), _scrn_table7(), _ran_table1(), _ran_table3(), _irlm_table2(), _srnn_wikipedia(),
+        _srnn_tomita(), _srnn_table1(), _srnn_palindromes(), _srnn_copying(), _srnn_imdb(), _srnn_mnist(),
     )
 }
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import platform
 import time
 import warnings
 from pathlib import Path
@@ -31,6 +29,8 @@ import torch
 
 from ..analysis.dfa import extract_dfa
 from .datamodules import TomitaDataModule
+from .experiment_utils import accuracy as string_accuracy
+from .experiment_utils import args_to_json, machine_line, prepare_run, quiet_trainer, write_results
 from .languages import TOMITA_DESCRIPTIONS
 from .modules import SequenceClassifier
 
@@ -88,10 +88,6 @@ class Selection(L.Callback):
             trainer.should_stop = True
 
 
-def _accuracy(module: SequenceClassifier, strings: list[str], labels: list[int], vocab) -> float:
-    return float((module.predict_strings(strings, vocab) == torch.tensor(labels)).float().mean())
-
-
 def train_attempts(data: TomitaDataModule, grammar: int, args: argparse.Namespace) -> tuple[SequenceClassifier, list[dict]]:
     """Train fresh sr-GRUs (new seed each attempt) until one is selected or the budget is spent."""
     budget = args.max_minutes * 60.0
@@ -113,19 +109,7 @@ def train_attempts(data: TomitaDataModule, grammar: int, args: argparse.Namespac
             lr=args.lr,
         )
         selection = Selection(data, args.patience, args.dfa_patience)
-        trainer = L.Trainer(
-            accelerator="cpu",
-            devices=1,
-            max_epochs=args.max_epochs,
-            max_time={"seconds": max(1, int(remaining))},
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            gradient_clip_val=args.clip,
-            callbacks=[selection],
-        )
+        trainer = quiet_trainer(args.max_epochs, remaining, args.clip, [selection])
         t0 = time.perf_counter()
         trainer.fit(module, data)
         attempts.append(
@@ -158,9 +142,9 @@ def run_grammar(grammar: int, out: Path, args: argparse.Namespace) -> dict[str, 
     train_seconds = time.perf_counter() - start
 
     accuracy = {
-        "train": _accuracy(module, train_s, train_y, data.vocab),
-        "valid": _accuracy(module, valid_s, valid_y, data.vocab),
-        "test": _accuracy(module, test_s, test_y, data.vocab),
+        "train": string_accuracy(module, train_s, train_y, data.vocab),
+        "valid": string_accuracy(module, valid_s, valid_y, data.vocab),
+        "test": string_accuracy(module, test_s, test_y, data.vocab),
     }
 
     t0 = time.perf_counter()
@@ -237,7 +221,7 @@ def _markdown(records: list[dict[str, Any]], args: argparse.Namespace, total_sec
         f" tau = {args.tau}, eqs 3 & 6; Adam lr {args.lr}, batch {args.batch_size}, gradient clip {args.clip};"
         f" seed {args.seed}; budget {args.max_minutes:g} min per grammar; restart after {args.patience} epochs"
         f" without a better val_acc, or {args.dfa_patience} epochs of a perfect network whose DFA is not).",
-        f"Machine: one CPU thread ({platform.machine()}), torch {torch.__version__}; another job shared the machine.",
+        machine_line(),
         "",
         "Data: the paper's split sizes (Table 2) and lengths (Table 3) for train and valid, plus a held-out **test**",
         "split of 2,000 strings of lengths 1-50 (as balanced as the language allows), disjoint from train and valid.",
@@ -310,10 +294,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    args.out.mkdir(parents=True, exist_ok=True)
+    prepare_run(args.out)
     records, start = [], time.perf_counter()
     for g in args.grammars:
         record = run_grammar(g, args.out, args)
@@ -326,10 +307,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             flush=True,
         )
     total = time.perf_counter() - start
-    summary = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "records": records,
-               "total_seconds": total}
-    (args.out / "tomita.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    (args.out / "tomita.md").write_text(_markdown(records, args, total), encoding="utf-8")
+    summary = {"args": args_to_json(args), "records": records, "total_seconds": total}
+    write_results(args.out, "tomita", summary, _markdown(records, args, total))
     return records
 
 
