@@ -55,15 +55,66 @@ def test_list_tables_and_recipes(capsys):
 
 def test_tiny_scale_shrinks_every_recipe_through_overrides():
     recipes = default_recipes_dir()
+    tasks = 0
     for path in list_recipes(recipes):
         recipe = runner.load_recipe(recipes / path)
         row = runner.Row("x", "x", 1.0, recipe=str(path))
         over = runner.merged_overrides(recipe, row, "tiny")
+        assert over["trainer.max_epochs"] == 1 and over["trainer.limit_train_batches"] == 6, path
+        if runner.is_task_recipe(recipe):  # model / data by class_path: scaled through init_args
+            tasks += 1
+            assert over["model.init_args.hidden_size"] == 16, path
+            assert over["data.init_args.batch_size"] == 8 and "model.hidden_sizes" not in over, path
+            k = (recipe["model"]["init_args"].get("cell_options") or {}).get("k")
+            assert k is None or over["model.init_args.cell_options"]["k"] == 4, path
+            assert runner.merged_overrides(recipe, row, "paper") == {}, path
+            continue
         layers = recipe["model"].get("hidden_sizes", [256])
         assert over["model.hidden_sizes"] == [16] * len(layers if isinstance(layers, list) else [layers]), path
-        assert over["trainer.max_epochs"] == 1 and over["trainer.limit_train_batches"] == 6, path
         assert "model.parameter_budget" not in over or over["model.parameter_budget"] is None
+    assert tasks >= 20
     assert runner.merged_overrides(recipe, row, "paper") == {}
+
+
+def test_task_recipes_scale_their_data_and_keep_the_rows_overrides():
+    recipes = default_recipes_dir()
+    table = get_table("srnn-table1")
+    row = table.row("small-sr-lstm-p-d20_l1000")
+    recipe = runner.load_recipe(recipes / row.recipe)
+    tiny = runner.merged_overrides(recipe, row, "tiny")
+    assert tiny["data.init_args.size"] == "small" and tiny["data.init_args.test_size"] == 32
+    assert tiny["model.init_args.cell_options"] == {"k": 4, "tau": 1.0}
+    assert recipe["model"]["init_args"]["cell_options"] == {"k": 5, "tau": 1.0}  # the recipe is untouched
+    args = runner.cli_arguments(recipes / row.recipe, tiny, None, [], runner.task_data_root_key(recipe), raw_strings=True)
+    assert "--data.init_args.size=small" in args and not any(a.startswith("--data.init_args.data_root") for a in args)
+    assert runner.merged_overrides(recipe, row, "paper") == {"data.init_args.size": "small"}
+    # small: sizes capped, a few epochs (many for the tiny Tomita data), big generated data sets shrunk
+    small = runner.merged_overrides(runner.load_recipe(recipes / "palindromes/lstm.yaml"), row, "small")
+    assert small["data.init_args.train"] == [23_000, 11_500, [1, 25]] and small["trainer.max_epochs"] == 5
+    small = runner.merged_overrides(runner.load_recipe(recipes / "copying/lstm.yaml"), row, "small")
+    assert small["data.init_args.train_size"] == 10_000 and "data.init_args.lag" not in small
+    tomita = runner.load_recipe(recipes / "tomita/sr_gru_g3.yaml")
+    assert runner.merged_overrides(tomita, row, "small")["trainer.max_epochs"] == 100
+    assert runner.merged_overrides(runner.load_recipe(recipes / "copying/lstm.yaml"), row, "tiny")["data.init_args.lag"] == 10
+    # the rows read their own test set; IMDB and MNIST take the data root, the generated tasks do not
+    assert runner.metric_key(row) == "test_error/d20_l1000"
+    assert runner.metric_key(get_table("srnn-imdb").row("lstm-full")) == "test_error/full"
+    assert runner.metric_key(get_table("srnn-copying").row("lstm-t100")) == "test_loss"
+    assert runner.task_data_root_key(runner.load_recipe(recipes / "mnist/lstm_pixel.yaml")) == "data.init_args.data_root"
+    assert runner.task_data_root_key(tomita) is None
+    for table_id in ("srnn-tomita", "srnn-table1", "srnn-palindromes", "srnn-copying", "srnn-imdb", "srnn-mnist"):
+        assert not [r.key for r in get_table(table_id).rows if r.pending], table_id
+
+
+def test_task_rows_whose_data_is_missing_are_skipped_and_named(tmp_path):
+    summary = runner.run_table("srnn-imdb", scale="tiny", data_root=tmp_path / "empty", out=tmp_path / "out",
+                               rows=["lstm-full"], log=lambda _: None)
+    assert summary["skipped"] == ["lstm-full"] and not summary["failed"]
+    row = next(r for r in read_csv(tmp_path / "out" / "srnn-imdb.csv") if r["row"] == "lstm-full")
+    assert row["status"] == "skipped" and "imdb/train.jsonl.xz" in row["message"]
+    recipe = runner.load_recipe(default_recipes_dir() / "mnist/lstm_pixel.yaml")
+    why = runner.missing_task_data(recipe, str(tmp_path))
+    assert "mnist/train-images-idx3-ubyte.gz" in why and "mnist/t10k-labels-idx1-ubyte.gz" in why
 
 
 def test_row_overrides_merge_into_the_recipes_cell_options():
@@ -116,6 +167,44 @@ def test_tiny_table1_word_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     summary = runner.run_table("dsf-table1-word", scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
     assert summary["ran"] == ["elman"]
     assert read_csv(out / "dsf-table1-word.csv")[0]["status"] == "done"
+
+
+def test_tiny_task_row_end_to_end_then_shared_and_resumed(tmp_path, monkeypatch):
+    """One Tomita row through fit + test of the real CLI (tiny data, ~3 s), a row of the same model reusing it."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    summary = runner.run_table("srnn-tomita", scale="tiny", out=out, rows=["g2"], log=lambda _: None)
+    assert summary["ran"] == ["g2"] and not summary["failed"] and not summary["pending"]
+    rows = {r["row"]: r for r in read_csv(out / "srnn-tomita.csv")}
+    done = rows["g2"]
+    assert done["status"] == "done" and done["split"] == "test" and done["scale"] == "tiny"
+    assert 0.0 <= float(done["measured"]) <= 1.0 and float(done["difference"]) == pytest.approx(float(done["measured"]))
+    assert float(done["wall_seconds"]) > 0 and float(done["tokens_per_second"]) > 0 and int(done["parameters"]) > 0
+    assert rows["g1"]["status"] == "not run"
+    markdown = (out / "srnn-tomita.md").read_text()
+    assert "| sr-GRU, Tomita 2 (`g2`) | error | 0.000 | " in markdown and "| done |" in markdown
+    state = json.loads((out / "srnn-tomita.state.json").read_text())
+    entry = state["rows"]["g2"]
+    assert entry["metrics"]["test_error"] == pytest.approx(1 - entry["metrics"]["test_acc"])
+    assert "--model.init_args.hidden_size=16" in entry["args"] and any("splits" in a for a in entry["args"])
+    assert Path(entry["checkpoint"]).is_file()
+
+    # a second row training the same model (here: the same recipe under another key) reads the same run
+    from dsf_lightning.reproduce import tables
+
+    real = tables.get_table("srnn-tomita")
+    twin = tables.Row("g2-again", "the g2 model, again", 0.0, "error", real.row("g2").recipe)
+    table = tables.Table("srnn-tomita", real.title, real.paper, (*real.rows, twin), real.notes)
+    monkeypatch.setitem(tables.TABLES, table.id, table)
+
+    def no_training(spec):
+        raise AssertionError("a run was repeated")
+
+    monkeypatch.setattr(runner, "run_row", no_training)
+    summary = runner.run_table("srnn-tomita", scale="tiny", out=out, rows=["g2", "g2-again"], log=lambda _: None)
+    assert summary["skipped_done"] == ["g2"] and summary["ran"] == ["g2-again"]
+    again = {r["row"]: r for r in read_csv(out / "srnn-tomita.csv")}["g2-again"]
+    assert again["measured"] == done["measured"] and "run of row g2" in again["message"]
 
 
 def test_rows_whose_corpus_is_missing_are_skipped_and_named(tmp_path):

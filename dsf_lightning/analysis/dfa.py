@@ -92,7 +92,13 @@ class DFA:
     def run(self, string: str | Sequence[Symbol], state: StateId | None = None) -> StateId | None:
         """The state reached after reading ``string`` from ``state`` (default: the start state)."""
         state = self.start if state is None else state
-        for symbol in _as_symbols(string):
+        symbols = _as_symbols(string)
+        bad = [a for a in dict.fromkeys(symbols) if a not in self.alphabet]
+        if bad:
+            text = repr(string) if len(repr(string)) <= 60 else repr(string)[:57] + "..."
+            raise DFAError(f"{text} has symbol(s) {bad} outside this DFA's alphabet {self.alphabet}: it reads only "
+                           "strings over that alphabet")
+        for symbol in symbols:
             state = self.step(state, symbol)
             if state is None:
                 return None
@@ -576,9 +582,30 @@ def extract_dfa(
         raise DFAError("accepting='labels' needs one label per string")
     if not getattr(vocab, "start_end_tokens", True):
         raise DFAError("extraction needs the start token (sec. 3.3): build the vocabulary with start_end_tokens=True")
+    cell = getattr(model, "cell", None)
+    if cell is None or not hasattr(cell, "centroids") or not hasattr(model, "transition_trace"):
+        what = f"cell {type(cell).__name__}" if cell is not None else "no .cell"
+        raise DFAError(
+            f"DFA extraction needs a classifier over a state-regularized cell (one with centroids), but "
+            f"{type(model).__name__} has {what}: train a SequenceClassifier with an sr-* cell (sr-gru, sr-lstm, "
+            "sr-lstm-p; e.g. --model.init_args.cell sr-gru) and extract from that"
+        )
+    memoryless = len(getattr(cell, "state_sizes", ())) == 1
+    if not memoryless and (accepting == "classifier" or fill_missing == "network"):
+        option = "accepting='classifier'" if accepting == "classifier" else "fill_missing='network'"
+        raise DFAError(
+            f"{option} reads the network at exactly a centroid, which needs a memory-less cell (state = the hidden "
+            f"state only, e.g. sr-gru); this cell's state sizes are {tuple(cell.state_sizes)}: use "
+            "accepting='labels' (with labels=...) or accepting='predictions', and fill_missing=None"
+        )
     alphabet = tuple(alphabet if alphabet is not None else vocab.alphabet)
     symbol_index = {a: i for i, a in enumerate(alphabet)}
-    cell = model.cell
+    for i, string in enumerate(strings):
+        bad = [a for a in dict.fromkeys(_as_symbols(string)) if a not in symbol_index]
+        if bad:
+            text = repr(string) if len(repr(string)) <= 60 else repr(string)[:57] + "..."
+            raise DFAError(f"string {i} ({text}) has symbol(s) {bad} outside the alphabet {alphabet}: extract from "
+                           "strings over the model's alphabet (its vocabulary's), or pass alphabet=")
     k = int(cell.k)
 
     counts = np.zeros((k, len(alphabet), k), dtype=np.int64)
@@ -633,7 +660,7 @@ def extract_dfa(
     consistency = float(counts.max(-1).sum() / total) if total else 1.0
 
     accept_prob = None
-    if hasattr(model, "centroid_decisions"):
+    if hasattr(model, "centroid_decisions") and memoryless:
         try:
             accept_prob = model.centroid_decisions(vocab.end_id)[:, accept_class].detach().cpu().numpy()
         except NotImplementedError:

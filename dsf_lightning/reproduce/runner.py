@@ -18,6 +18,17 @@ Scales (``--scale``):
   full validation and test splits.
 * ``paper``: the recipes as written (paper scale: epochs, sizes, schedules).
 
+Task recipes (the sr-RNN paper's sequence tasks: ``model:`` / ``data:`` by ``class_path``) run through the
+same CLI (subclass mode) and are scaled through their ``init_args``: ``tiny`` makes every cell 16 units
+(embedding 16, k 4), batches of 8 (evaluation 16), 1 epoch of 6 training / 2 validation / 2 test batches and
+tiny data (:func:`task_data_overrides`: e.g. 64 / 32 / 64 Tomita strings, 32-string parentheses and palindrome test
+sets, copying lag <= 10); ``small`` caps sizes at 256 and k at 100, at most 5 epochs (100 for the Tomita
+grammars, whose data is tiny) and 30 minutes of training per row, and shrinks the two big generated data sets
+(palindromes 23k / 5k strings, copying 10k / 1k / 1k sequences); the test sets keep their names, so every
+row reads its own ``test_<metric>/<split>``. Rows of one table that train the same model (one per test set:
+parentheses, palindromes, IMDB at two lengths) share one fit and test. IMDB and MNIST rows whose files are
+missing under the data root are *skipped*, like language-model corpora.
+
 Results are kept in ``<out>/<table>.state.json`` (written atomically after every row); ``<out>/<table>.md``
 and ``.csv`` are rewritten from it. A finished row (same recipe, overrides and scale) is skipped on the
 next run; a failed or interrupted row is retried, resuming from its ``last.ckpt`` when there is one.
@@ -46,7 +57,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from .tables import METRICS, Row, Table, default_recipes_dir, get_table
+from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +66,10 @@ TINY = dict(hidden=16, embedding=16, context=4, k=4, batch=4, bptt=16, eval_batc
             val_batches=2, test_batches=2, dynamic_tokens=400)
 SMALL = dict(max_hidden=256, max_embedding=256, max_k=100, max_epochs=5, max_time="00:00:30:00")
 DYNAMIC_LR = 0.005
+TASK_TINY = dict(hidden=16, embedding=16, k=4, batch=8, eval_batch=16, train_batches=6, val_batches=2, test_batches=2)
+TASK_SMALL = dict(max_hidden=256, max_embedding=256, max_k=100, max_epochs=5, max_time="00:00:30:00")
+#: task DataModules whose data is so small that ``small`` keeps many epochs (capped at this many)
+TASK_SMALL_EPOCHS = {"TomitaDataModule": 100}
 DISTRIBUTED_FLAGS = ("--trainer.devices", "--trainer.num_nodes", "--trainer.strategy")
 STATUS_DONE, STATUS_FAILED, STATUS_SKIPPED, STATUS_PENDING = "done", "failed", "skipped", "pending"
 CSV_FIELDS = ("table", "row", "label", "metric", "split", "published", "measured", "difference", "status",
@@ -118,6 +133,8 @@ def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
     """``{"model.hidden_sizes": [...], ...}``: how ``scale`` changes a recipe (empty for ``paper``)."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if is_task_recipe(recipe):
+        return task_scale_overrides(recipe, scale)
     if scale == "paper":
         return {}
     model, data = recipe["model"], recipe["data"]
@@ -167,28 +184,193 @@ def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
     return out
 
 
+def is_task_recipe(recipe: dict) -> bool:
+    """Whether a loaded recipe names its model or data by ``class_path`` (an sr-RNN task recipe)."""
+    from ..cli import _names_a_class
+
+    return any(_names_a_class(recipe.get(group)) for group in ("model", "data"))
+
+
+def _init_args(recipe: dict, group: str) -> dict:
+    node = recipe.get(group)
+    return dict(node.get("init_args") or {}) if isinstance(node, dict) else {}
+
+
+def _class_name(recipe: dict, group: str) -> str:
+    node = recipe.get(group)
+    path = node.get("class_path", "") if isinstance(node, dict) else str(node or "")
+    return path.rsplit(".", 1)[-1]
+
+
+def task_data_overrides(data_class: str, args: dict, scale: str) -> dict[str, Any]:
+    """``{init_arg: value}``: the data of task DataModule ``data_class`` (recipe ``init_args`` ``args``)
+    at ``scale``. Test sets keep their names (the rows read ``test_<metric>/<name>``); only their size
+    shrinks. Empty for ``paper`` and for DataModules this runner does not know."""
+    from ..tasks import languages as lang
+
+    out: dict[str, Any] = {}
+    if scale == "tiny":
+        out.update(batch_size=TASK_TINY["batch"], eval_batch_size=TASK_TINY["eval_batch"])
+        if data_class == "TomitaDataModule":
+            lengths = {"train": lang.TOMITA_TRAIN_LENGTHS, "valid": lang.TOMITA_VALID_LENGTHS, "test": lang.TOMITA_TEST_LENGTHS}
+            out["splits"] = {name: [n, None, list(lengths[name])] for name, n in (("train", 64), ("valid", 32), ("test", 64))}
+        elif data_class == "BalancedParenthesesDataModule":
+            out["test_size"] = 32
+        elif data_class == "PalindromeDataModule":
+            train = args.get("train") or lang.PALINDROME_SPLITS["train"]
+            valid = args.get("valid") or lang.PALINDROME_SPLITS["valid"]
+            out.update(train=[256, 128, list(train[2])], valid=[64, 32, list(valid[2])], test_size=32)
+        elif data_class == "CopyingMemoryDataModule":
+            out.update(lag=min(int(args.get("lag", 100)), 10), train_size=256, test_size=64,
+                       valid_size=64 if args.get("valid_size", 0) else 0)
+        elif data_class == "IMDBSentimentDataModule":
+            out.update(max_vocab=min(int(args.get("max_vocab", 20_000)), 2000),
+                       train_max_length=min(int(args.get("train_max_length") or 50), 50),
+                       valid_max_length=min(int(args.get("valid_max_length") or 50), 50))
+        elif data_class == "PixelMNISTDataModule":
+            out["valid_size"] = 100 if args.get("valid_size", 5000) else 0
+    elif scale == "small":
+        if data_class == "PalindromeDataModule":
+            train = args.get("train") or lang.PALINDROME_SPLITS["train"]
+            valid = args.get("valid") or lang.PALINDROME_SPLITS["valid"]
+            out.update(train=[min(int(train[0]), 23_000), min(int(train[1]), 11_500), list(train[2])],
+                       valid=[min(int(valid[0]), 5_000), min(int(valid[1]), 2_500), list(valid[2])])
+        elif data_class == "CopyingMemoryDataModule":
+            out.update(train_size=min(int(args.get("train_size", 100_000)), 10_000),
+                       valid_size=min(int(args.get("valid_size", 0)), 1_000),
+                       test_size=min(int(args.get("test_size", 10_000)), 1_000))
+    return out
+
+
+def task_scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
+    """:func:`scale_overrides` of a task recipe: ``model.init_args.*``, ``data.init_args.*``, ``trainer.*``."""
+    if scale == "paper":
+        return {}
+    model, data = _init_args(recipe, "model"), _init_args(recipe, "data")
+    data_class = _class_name(recipe, "data")
+    options = dict(model.get("cell_options") or {})
+    out: dict[str, Any] = {}
+    if scale == "tiny":
+        out["model.init_args.hidden_size"] = TASK_TINY["hidden"]
+        if model.get("embedding_size") is not None:
+            out["model.init_args.embedding_size"] = TASK_TINY["embedding"]
+        if "k" in options:
+            options["k"] = TASK_TINY["k"]
+        out.update({
+            "trainer.max_epochs": 1, "trainer.max_time": None, "trainer.limit_train_batches": TASK_TINY["train_batches"],
+            "trainer.limit_val_batches": TASK_TINY["val_batches"], "trainer.limit_test_batches": TASK_TINY["test_batches"],
+            "trainer.num_sanity_val_steps": 0, "trainer.log_every_n_steps": 1,
+        })
+    else:  # small
+        hidden = int(model.get("hidden_size", 32))
+        if hidden > TASK_SMALL["max_hidden"]:
+            out["model.init_args.hidden_size"] = TASK_SMALL["max_hidden"]
+        emb = model.get("embedding_size")
+        if emb is not None and int(emb) > TASK_SMALL["max_embedding"]:
+            out["model.init_args.embedding_size"] = TASK_SMALL["max_embedding"]
+        if "k" in options:
+            options["k"] = _cap(options["k"], TASK_SMALL["max_k"])
+        cap = TASK_SMALL_EPOCHS.get(data_class, TASK_SMALL["max_epochs"])
+        out["trainer.max_epochs"] = min(int(recipe["trainer"].get("max_epochs") or cap), cap)
+        out["trainer.max_time"] = TASK_SMALL["max_time"]
+    if options != dict(model.get("cell_options") or {}):
+        out["model.init_args.cell_options"] = options
+    for key, value in task_data_overrides(data_class, data, scale).items():
+        out[f"data.init_args.{key}"] = value
+    out["trainer.enable_progress_bar"] = False
+    return out
+
+
+def _override_unit(dotted: str, task: bool) -> str:
+    """The key an override is passed to the CLI as: ``section.key``, or ``section.init_args.key`` for the
+    model / data of a task recipe; a deeper override is merged into the recipe's mapping at that key."""
+    parts = dotted.split(".")
+    depth = 3 if task and parts[0] in ("model", "data") and len(parts) >= 3 and parts[1] == "init_args" else 2
+    return ".".join(parts[:depth])
+
+
+def _get_dotted(config: dict, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
 def merged_overrides(recipe: dict, row: Row, scale: str) -> dict[str, Any]:
     """Scale overrides, then the row's, as top-level ``section.key`` values (a dotted key deeper than that,
     e.g. ``model.cell_options.alpha``, is merged into the recipe's mapping)."""
-    config = {section: dict(recipe[section]) for section in ("trainer", "model", "data")}
+    task = is_task_recipe(recipe)
+    config = {section: copy.deepcopy(recipe[section]) for section in ("trainer", "model", "data")}
     touched: list[str] = []
     for dotted, value in [*scale_overrides(recipe, scale).items(), *row.overrides.items()]:
-        section, key = dotted.split(".")[:2]
-        if dotted.count(".") > 1:
-            config[section][key] = copy.deepcopy(config[section].get(key) or {})
+        unit = _override_unit(dotted, task)
+        if dotted != unit and not isinstance(_get_dotted(config, unit), dict):
+            _set_dotted(config, unit, {})
         _set_dotted(config, dotted, value)
-        if f"{section}.{key}" not in touched:
-            touched.append(f"{section}.{key}")
-    return {name: config[name.split(".")[0]][name.split(".")[1]] for name in touched}
+        if unit not in touched:
+            touched.append(unit)
+    return {name: _get_dotted(config, name) for name in touched}
 
 
-def cli_arguments(recipe_path: Path, overrides: dict[str, Any], data_root: str | None, extra: Sequence[str]) -> list[str]:
+def cli_arguments(recipe_path: Path, overrides: dict[str, Any], data_root: str | None, extra: Sequence[str],
+                  data_root_key: str | None = "data.data_root", raw_strings: bool = False) -> list[str]:
+    """``--config RECIPE --key=JSON ...``; ``data_root`` goes to ``data_root_key`` (None: the data takes no root).
+    ``raw_strings``: pass string values as they are (a ``str``-typed ``init_args`` value would keep JSON's quotes)."""
     args = ["--config", str(recipe_path)]
     for key, value in overrides.items():
-        args.append(f"--{key}={json.dumps(value)}")
-    if data_root is not None:
-        args.append(f"--data.data_root={data_root}")
+        text = value if raw_strings and isinstance(value, str) else json.dumps(value)
+        args.append(f"--{key}={text}")
+    if data_root is not None and data_root_key is not None:
+        args.append(f"--{data_root_key}={data_root}")
     return args + list(extra)
+
+
+def _task_data_class(recipe: dict) -> type | None:
+    """The task DataModule class a recipe names, when it is one of this library's (else None)."""
+    node = recipe.get("data")
+    path = node.get("class_path", "") if isinstance(node, dict) else str(node or "")
+    if "." in path and not path.startswith("dsf_lightning."):
+        return None
+    from .. import tasks
+
+    cls = getattr(tasks, path.rsplit(".", 1)[-1], None)
+    return cls if isinstance(cls, type) else None
+
+
+def task_data_root_key(recipe: dict) -> str | None:
+    """``data.init_args.data_root`` when the recipe's task DataModule reads files (IMDB, MNIST), else None."""
+    import inspect
+
+    cls = _task_data_class(recipe)
+    if cls is None or "data_root" not in inspect.signature(cls.__init__).parameters:
+        return None
+    return "data.init_args.data_root"
+
+
+def missing_task_data(recipe: dict, data_root: str | None) -> str | None:
+    """``None`` when a task recipe's data files are there (or it generates its data), else which are missing.
+
+    ``data_root``: the runner's ``--data-root``, else the recipe's ``data_root``, else ``$DSF_DATA_ROOT``.
+    """
+    from ..data.corpora.files import resolve_data_root
+
+    name, args = _class_name(recipe, "data"), _init_args(recipe, "data")
+    root_arg = data_root if data_root is not None else args.get("data_root")
+    if name == "IMDBSentimentDataModule":
+        root, how = resolve_data_root(root_arg)
+        missing = [f"imdb/{split}.jsonl.xz" for split in ("train", "test") if not (root / "imdb" / f"{split}.jsonl.xz").is_file()]
+        if missing:
+            return f"data missing: IMDB needs {', '.join(missing)} under {root} (data root from {how})"
+    elif name == "PixelMNISTDataModule":
+        from ..tasks.idx import MNIST_FILES, mnist_available
+
+        dataset = args.get("dataset", "mnist")
+        root, how = resolve_data_root(root_arg)
+        splits = ("test",) if args.get("split_test_file") else ("train", "test")
+        missing = [f"{dataset}/{f}.gz" for split in splits if not mnist_available(dataset, split, root) for f in MNIST_FILES[split]]
+        if missing:
+            return f"data missing: {dataset} needs {', '.join(missing)} under {root} (data root from {how})"
+    return None
 
 
 def missing_corpus(corpus: Any, options: dict | None, data_root: str | None) -> str | None:
@@ -255,7 +437,9 @@ def run_row(spec: dict) -> dict:
                 self._start = None
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            self.tokens += int(batch[0].numel()) * trainer.world_size
+            # a language-model window (inputs, targets), or a task batch (dict; real steps = the mask)
+            steps = int(batch["mask"].sum()) if isinstance(batch, dict) else int(batch[0].numel())
+            self.tokens += steps * trainer.world_size
 
     start = time.perf_counter()
     workdir = Path(spec["workdir"])
@@ -277,17 +461,22 @@ def run_row(spec: dict) -> dict:
         trainer.fit(model, data, ckpt_path=resume)
         best = ckpt_cb.best_model_path if ckpt_cb is not None else ""
         results = trainer.test(model, data, ckpt_path=best or None, verbose=False)
-        metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+        metrics: dict[str, float] = {}
+        for per_loader in results or []:  # several test sets: one dict per loader, keys `test_*/<set>`
+            metrics.update({k: float(v) for k, v in per_loader.items()})
+        parameters = getattr(model, "num_parameters", None)
+        if parameters is None:
+            parameters = sum(p.numel() for p in model.parameters())
         result = {
             "metrics": metrics,
-            "measured": metrics.get(METRICS[spec["metric"]]),
-            "parameters": int(model.num_parameters),
+            "measured": metrics.get(spec.get("metric_key") or METRICS[spec["metric"]]),
+            "parameters": int(parameters),
             "tokens": counter.tokens,
             "train_seconds": counter.seconds,
             "tokens_per_second": counter.tokens / counter.seconds if counter.seconds > 0 else None,
             "checkpoint": str(Path(best).resolve()) if best else None,
             "resumed_from": resume,
-            "corpus": data.corpus_name,
+            "corpus": getattr(data, "corpus_name", type(data).__name__),
             "wall_seconds": time.perf_counter() - start,
         }
         if spec.get("result_file") and trainer.global_rank == 0:
@@ -412,7 +601,9 @@ meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `pape
 
 def render_markdown(table: Table, rows: list[dict], scale: str) -> str:
     unit = {"ppl": "PPL", "bpc": "BPC", "nll": "NLL", "error": "error"}
-    lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: test. "
+    split = ("test" if all(r["split"] == "test" for r in rows)
+             else "each row's test set (`split` in the CSV; the metric is `test_<metric>/<split>`)")
+    lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: {split}. "
              "Difference = measured - published (lower is better for every metric here).", "",
              "| row | metric | published | measured | difference | wall s | tokens/s | parameters | status |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -513,11 +704,15 @@ def run_table(
                 continue
         entry: dict[str, Any] = {"scale": scale, "fingerprint": fp, "recipe": source.recipe, "started": time.time()}
         data = recipe["data"]
-        corpus_options = dict(data.get("corpus_options") or {})
-        for key, value in row.overrides.items():
-            if key.startswith("data.corpus_options."):
-                corpus_options[key.split(".", 2)[2]] = value
-        why = missing_corpus(data.get("corpus", "ptb"), corpus_options, root if root is not None else data.get("data_root"))
+        task = is_task_recipe(recipe)
+        if task:
+            why = missing_task_data(recipe, root)
+        else:
+            corpus_options = dict(data.get("corpus_options") or {})
+            for key, value in row.overrides.items():
+                if key.startswith("data.corpus_options."):
+                    corpus_options[key.split(".", 2)[2]] = value
+            why = missing_corpus(data.get("corpus", "ptb"), corpus_options, root if root is not None else data.get("data_root"))
         if why:
             entry.update(status=STATUS_SKIPPED, message=f"skipped: {why}")
             state["rows"][row.key] = entry
@@ -538,19 +733,38 @@ def run_table(
                 result = run_dynamic(row, parent_state, recipe, root, scale)
                 entry["parent_finished"] = parent_state.get("finished")
             else:
-                args = cli_arguments(recipe_path, merged_overrides(recipe, row, scale), root, extra)
-                resume = previous.get("fingerprint") == fp and previous.get("status") in (STATUS_FAILED, "running")
-                spec = {"args": args, "workdir": str(workdir), "metric": row.metric, "resume": resume}
-                entry.update(status="running", args=args)
-                state["rows"][row.key] = dict(entry)
-                save()
-                result = _run_row_isolated(spec, log) if isolate else run_row(spec)
+                root_key = task_data_root_key(recipe) if task else "data.data_root"
+                args = cli_arguments(recipe_path, merged_overrides(recipe, row, scale), root, extra, root_key, raw_strings=task)
+                # rows that train the very same model (one row per test set) share one fit and test
+                run_fp = hashlib.sha256(json.dumps({"recipe": recipe_text, "args": args[2:], "scale": scale},
+                                                   sort_keys=True, default=str).encode()).hexdigest()[:16]
+                shared = state.setdefault("runs", {}).get(run_fp)
+                if shared is not None and shared.get("row") != row.key:
+                    result = {k: v for k, v in shared.items() if k != "row"}
+                    result["measured"] = result.get("metrics", {}).get(metric_key(row))
+                    entry["shared_with"] = shared["row"]
+                    log(f"[{table.id}] {row.key}: measured in the run of row {shared['row']} (same model)")
+                else:
+                    resume = previous.get("fingerprint") == fp and previous.get("status") in (STATUS_FAILED, "running")
+                    spec = {"args": args, "workdir": str(workdir), "metric": row.metric, "metric_key": metric_key(row),
+                            "resume": resume}
+                    entry.update(status="running", args=args)
+                    state["rows"][row.key] = dict(entry)
+                    save()
+                    result = _run_row_isolated(spec, log) if isolate else run_row(spec)
+                    if result:
+                        result["wall_seconds"] = time.perf_counter() - started
+                        state["runs"][run_fp] = {"row": row.key, **result}
+                entry["run"] = run_fp
             if not result:
                 continue  # a non-zero rank under isolation: rank 0 reports
             if result.get("measured") is None or not math.isfinite(result["measured"]):
-                raise RuntimeError(f"no finite {METRICS[row.metric]} measured (metrics: {result.get('metrics')})")
-            result["wall_seconds"] = time.perf_counter() - started
-            entry.update(status=STATUS_DONE, message="", finished=time.time(), **result)
+                raise RuntimeError(f"no finite {metric_key(row)} measured (metrics: {result.get('metrics')})")
+            if "shared_with" not in entry:
+                result["wall_seconds"] = time.perf_counter() - started
+            entry.update(status=STATUS_DONE, message=(f"measured in the run of row {entry['shared_with']}"
+                                                      if "shared_with" in entry else ""),
+                         finished=time.time(), **result)
             summary["ran"].append(row.key)
             log(f"[{table.id}] {row.key}: {row.metric} {result['measured']:.4f} (published {row.published}) in "
                 f"{result['wall_seconds']:.1f}s")

@@ -12,10 +12,10 @@ Metrics: ``ppl`` (test perplexity, ``test_ppl``), ``bpc`` (bits per character, `
 test sets, ``split`` names the one: ``test_error/<split>``).
 
 The sr-RNN paper's sequence tasks (``srnn-*`` tables other than ``srnn-wikipedia``) name task recipes
-(``model:`` / ``data:`` by ``class_path``). The table runner drives language-model recipes, so these rows
-are listed as *pending* with the command that runs them (``dsf fit`` / ``dsf test`` of the recipe, or the
-experiment scripts ``python -m dsf_lightning.tasks.{tomita,parentheses}_experiment``, whose measured tables
-are in ``results/sr_rnn/``).
+(``model:`` / ``data:`` by ``class_path``), run through the same CLI (subclass mode): fit, then test of the
+best checkpoint; a row reads ``test_<metric>`` of its test set ``split`` (:func:`metric_key`). Rows that
+differ only in their test set train one model. DFA extraction and the length curriculum are in the experiment
+scripts ``python -m dsf_lightning.tasks.{tomita,parentheses}_experiment`` (tables in ``results/sr_rnn/``).
 
 >>> from dsf_lightning.reproduce.tables import get_table, list_tables
 >>> [t.id for t in list_tables()][:3]
@@ -58,6 +58,12 @@ class Row:
             raise ValueError(f"row {self.key}: evaluation must be one of {EVALUATIONS} with a parent row")
         if self.recipe is None and self.pending is None and self.evaluation is None:
             raise ValueError(f"row {self.key}: needs a recipe, an evaluation of a parent row, or a pending reason")
+
+
+def metric_key(row: Row) -> str:
+    """The logged test metric a row reads: ``test_error``, or ``test_error/<split>`` for a named test set."""
+    base = METRICS[row.metric]
+    return base if row.split == "test" else f"{base}/{row.split}"
 
 
 @dataclass(frozen=True)
@@ -262,19 +268,20 @@ def _srnn_wikipedia() -> Table:
                  ("Attention / key-value / HORNN rows quote other papers.",))
 
 
-TASK_RUNS = ("the table runner drives language-model recipes; run the task recipe with `dsf fit --config recipes/{recipe}` "
-             "then `dsf test` with the best checkpoint{extra}")
 NAN = float("nan")  # the paper gives no number (curves only, or a text we do not have)
 
 
 def _task_row(key: str, label: str, published: float, recipe: str, metric: str = "error", split: str = "test",
               overrides: dict | None = None, extra: str = "", note: str = "") -> Row:
+    """A row of an sr-RNN task table: fit + test of a task recipe, read at test set ``split``; ``extra``
+    says what the table runner does not do for it (e.g. DFA extraction), kept as the row's note."""
     return Row(key, label, published, metric, recipe, dict(overrides or {}), split=split,
-               pending=TASK_RUNS.format(recipe=recipe, extra=extra), note=note)
+               note="; ".join(x for x in (note, extra.lstrip("; ")) if x))
 
 
 def _srnn_tomita() -> Table:
-    extra = "; DFA extraction and the exact check: python -m dsf_lightning.tasks.tomita_experiment (results/sr_rnn/tomita.md)"
+    extra = ("measured: the network's test error on this library's held-out test split; DFA extraction and the exact "
+             "check: python -m dsf_lightning.tasks.tomita_experiment (results/sr_rnn/tomita.md)")
     rows = tuple(
         _task_row(f"g{g}", f"sr-GRU, Tomita {g}", 0.0 if g in (1, 2, 3, 4, 7) else NAN, f"tomita/sr_gru_g{g}.yaml",
                   extra=extra)
@@ -296,7 +303,8 @@ BP_PUBLISHED = {
 
 
 def _srnn_table1() -> Table:
-    extra = "; with a length curriculum: python -m dsf_lightning.tasks.parentheses_experiment (results/sr_rnn/parentheses.md)"
+    extra = ("no length curriculum here (the recipe); with one: python -m dsf_lightning.tasks.parentheses_experiment "
+             "(results/sr_rnn/parentheses.md)")
     rows = []
     for (size, model), published in BP_PUBLISHED.items():
         name = {"lstm": "LSTM", "sr_lstm_p": "sr-LSTM-p (k = 5)"}[model]
@@ -332,8 +340,8 @@ def _srnn_copying() -> Table:
 
 def _srnn_imdb() -> Table:
     rows = (
-        _task_row("lstm-full", "LSTM, full reviews", 0.101, "imdb_sentiment/lstm.yaml"),
-        _task_row("sr-lstm-p-full", "sr-LSTM-p (k = 10), full reviews", 0.092, "imdb_sentiment/sr_lstm_p.yaml"),
+        _task_row("lstm-full", "LSTM, full reviews", 0.101, "imdb_sentiment/lstm.yaml", split="full"),
+        _task_row("sr-lstm-p-full", "sr-LSTM-p (k = 10), full reviews", 0.092, "imdb_sentiment/sr_lstm_p.yaml", split="full"),
         _task_row("lstm-trunc10-l100", "LSTM, trained on 10 words, tested at 100", 0.2996, "imdb_sentiment/lstm_truncated10.yaml", split="l100"),
         _task_row("lstm-trunc10-l200", "LSTM, trained on 10 words, tested at 200", 0.3319, "imdb_sentiment/lstm_truncated10.yaml", split="l200"),
         _task_row("sr-lstm-p-trunc10-l100", "sr-LSTM-p, trained on 10 words, tested at 100", 0.2604,

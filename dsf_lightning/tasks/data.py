@@ -29,6 +29,21 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 IGNORE_INDEX = -100
 
 
+class UnknownSymbolError(KeyError, ValueError):
+    """A sequence holds symbols outside a :class:`Vocabulary`'s alphabet (the message names them).
+
+    A ``KeyError`` (what a dictionary lookup raised before) and a ``ValueError`` (bad input)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _shown(items: Sequence, limit: int = 12) -> str:
+    items = list(items)
+    text = ", ".join(repr(x) for x in items[:limit])
+    return text + (f", ... ({len(items)} in all)" if len(items) > limit else "")
+
+
 class Vocabulary:
     """Symbols <-> ids, with the special tokens first: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3 if any.
 
@@ -60,11 +75,23 @@ class Vocabulary:
     def encode(self, sequence: Sequence[str], add_start_end: bool | None = None) -> list[int]:
         """Ids of ``sequence`` (a string of one-character symbols or a list of symbols)."""
         if self.unk_id is None:
-            ids = [self.index[s] for s in sequence]
+            try:
+                ids = [self.index[s] for s in sequence]
+            except (KeyError, TypeError):
+                raise self._unknown_symbols(sequence) from None
         else:
             ids = [self.index.get(s, self.unk_id) for s in sequence]
         wrap = self.start_end_tokens if add_start_end is None else add_start_end
         return [self.start_id, *ids, self.end_id] if wrap else ids
+
+    def _unknown_symbols(self, sequence: Sequence[str]) -> UnknownSymbolError:
+        bad = list(dict.fromkeys(s for s in sequence if not isinstance(s, str) or s not in self.index))
+        text = repr(sequence) if len(repr(sequence)) <= 80 else repr(sequence)[:77] + "..."
+        return UnknownSymbolError(
+            f"{text} has symbol(s) outside the vocabulary's alphabet: {_shown(bad, 5)}. The alphabet is "
+            f"{_shown(self.alphabet)}; encode only strings over it (a string of one-character symbols, or a list "
+            "of symbols), or build the Vocabulary with unk=True to map unknown symbols to <unk>"
+        )
 
     def decode(self, ids: Sequence[int], strip: bool = True) -> list[str]:
         specials = {self.pad_id, self.start_id, self.end_id}

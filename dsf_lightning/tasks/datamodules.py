@@ -191,6 +191,7 @@ class CopyingMemoryDataModule(SequenceDataModule):
         self, lag: int = 100, n: int = 10, train_size: int = 100_000, valid_size: int = 0, test_size: int = 10_000,
         batch_size: int = 128, **kwargs: Any,
     ) -> None:
+        lang.check_copying_sizes(lag, n)  # a clear error now, not at setup
         kwargs["start_end_tokens"] = False
         super().__init__(batch_size=batch_size, **kwargs)
         self.lag, self.n = lag, n

@@ -23,7 +23,7 @@ import random
 import re
 import string as _string
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -465,6 +465,14 @@ def palindromes(size: int, positives: int, lengths: tuple[int, int], seed: int) 
 COPY_BLANK, COPY_MARKER, COPY_SYMBOLS = 0, 9, 10
 
 
+def check_copying_sizes(lag: Any, n: Any) -> None:
+    """Raise ``ValueError`` unless the time lag T and the count n of the copying task are integers >= 1."""
+    for name, value, what in (("lag", lag, "the time lag T (the paper: 100 and 500)"),
+                              ("n", n, "the number of symbols to copy (the paper: 10)")):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"copying memory: {name} is {what} and must be an integer >= 1, got {name}={value!r}")
+
+
 def copying_memory(size: int, lag: int, n: int = 10, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The copying-memory problem (appendix C): ``(inputs, targets)``, each ``[size, lag + 2n]`` uint8.
 
@@ -472,8 +480,7 @@ def copying_memory(size: int, lag: int, n: int = 10, seed: int = 0) -> tuple[np.
     blanks ``c_0``, the marker ``c_9``, and ``n`` more blanks; the target is ``lag + n`` blanks and then
     the first ``n`` inputs, in order.
     """
-    if lag < 1 or n < 1:
-        raise ValueError(f"lag and n must be >= 1, got lag={lag}, n={n}")
+    check_copying_sizes(lag, n)
     rng = np.random.default_rng(seed)
     data = rng.integers(1, 9, size=(size, n), dtype=np.uint8)
     total = lag + 2 * n
@@ -487,4 +494,5 @@ def copying_memory(size: int, lag: int, n: int = 10, seed: int = 0) -> tuple[np.
 
 def copying_baseline_loss(lag: int, n: int = 10) -> float:
     """The memory-less baseline's cross-entropy per step, ``n log 8 / (lag + 2n)`` (appendix C)."""
+    check_copying_sizes(lag, n)
     return n * float(np.log(8)) / (lag + 2 * n)
