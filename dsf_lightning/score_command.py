@@ -18,11 +18,11 @@ import math
 import sys
 from typing import Sequence, TextIO
 
+from ._cli_errors import EXIT_ERROR, is_expected, one_line
 from . import scoring
 from .scoring import LN2, DocumentScore, ScoringError, SentenceScore
 
 DEFAULT_MODEL = "delta-rnn-ptb"
-EXIT_ERROR = 2
 
 
 def add_score_parser(subparsers) -> argparse.ArgumentParser:
@@ -48,19 +48,6 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.set_defaults(handler=score_command)
     return p
-
-
-def _is_expected(err: BaseException) -> bool:
-    """Errors that are the user's input or environment (one line, exit 2), not bugs (traceback)."""
-    if isinstance(err, (ScoringError, OSError, ValueError, LookupError, ImportError)):
-        return True
-    module = type(err).__module__ or ""
-    return module.startswith(("dsf_lightning.hub", "huggingface_hub", "safetensors"))
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def score_command(args: argparse.Namespace) -> int:
@@ -90,9 +77,9 @@ def score_command(args: argparse.Namespace) -> int:
             pass
         return 0
     except Exception as err:  # noqa: BLE001 - expected errors become one line, bugs keep their traceback
-        if not _is_expected(err):
+        if not is_expected(err, ScoringError):
             raise
-        print(f"dsf score: error: {_one_line(err)}", file=sys.stderr)
+        print(f"dsf score: error: {one_line(err)}", file=sys.stderr)
         return EXIT_ERROR
 
 

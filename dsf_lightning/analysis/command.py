@@ -32,9 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from .._cli_errors import EXIT_ERROR, is_expected, one_line
 from ._common import AnalysisError, describe_model, load_model
 
-EXIT_ERROR = 2
 DEFAULT_MODEL = "delta-rnn-ptb"
 TOOLS = ("state-delta", "influence", "timescales", "centroids", "trajectories", "complete")
 
@@ -152,26 +152,14 @@ def add_analyze_parser(subparsers) -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------------------- plumbing
-def _is_expected(err: BaseException) -> bool:
-    if isinstance(err, (AnalysisError, OSError, ValueError, LookupError, ImportError)):
-        return True
-    module = type(err).__module__ or ""
-    return module.startswith(("dsf_lightning.hub", "huggingface_hub", "safetensors"))
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
-
-
 def _guard(run):
     def handler(args: argparse.Namespace) -> int:
         try:
             return run(args)
         except Exception as err:  # noqa: BLE001 - expected errors become one line, bugs keep their traceback
-            if not _is_expected(err):
+            if not is_expected(err, AnalysisError):
                 raise
-            print(f"dsf analyze {args.tool}: error: {_one_line(err)}", file=sys.stderr)
+            print(f"dsf analyze {args.tool}: error: {one_line(err)}", file=sys.stderr)
             return EXIT_ERROR
 
     return handler

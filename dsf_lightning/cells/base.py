@@ -142,8 +142,16 @@ class RecurrentCell(nn.Module, abc.ABC):
     ) -> tuple[Tensor, State]:
         """A whole sequence: ``x`` ``[B, T, input_size]`` -> (outputs ``[B, T, output_size]``, state).
 
-        ``state_masks`` as in :meth:`step`, the same mask at every time step.
+        ``state_masks`` as in :meth:`step`, the same mask at every time step. Cells with a fast path
+        override this; :meth:`forward_reference` stays the definition they are tested against.
         """
+        return self.forward_reference(x, state, state_masks)
+
+    def forward_reference(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """The reference whole-sequence forward: one matmul for the input projections, then the step
+        loop of :meth:`recur` under autograd."""
         self._check_input(x, 3)
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)

@@ -131,12 +131,6 @@ class DeltaRNNCell(RecurrentCell):
         return h, (h,)
 
     # -- whole sequences ------------------------------------------------------------------------
-    def forward_reference(
-        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
-    ) -> tuple[Tensor, State]:
-        """The reference whole-sequence forward: the step loop of :meth:`recur` under autograd."""
-        return super().forward(x, state, state_masks)
-
     def forward(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:

@@ -178,12 +178,6 @@ class IRLMCell(RecurrentCell):
         x = projected_t + self.r * x_prev  # sec. 3: x_t = W y_t + R x_{t-1}, R diagonal, f = identity
         return x, (x,)
 
-    def forward_reference(
-        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
-    ) -> tuple[Tensor, State]:
-        """The reference whole-sequence forward: the step loop of :meth:`recur`."""
-        return super().forward(x, state, state_masks)
-
     def forward(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:

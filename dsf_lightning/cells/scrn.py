@@ -167,12 +167,6 @@ class SCRNCell(RecurrentCell):
         out = torch.cat((s, h), dim=-1) if self.output == "both" else h  # eq. 7: y_t = [s_t; h_t]
         return out, (s, h)
 
-    def forward_reference(
-        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
-    ) -> tuple[Tensor, State]:
-        """The reference whole-sequence forward: the step loop of :meth:`recur`."""
-        return super().forward(x, state, state_masks)
-
     def forward(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
