@@ -27,10 +27,10 @@ from torch import Tensor
 
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
 from ..regularizers import l1_penalty, sobolev_penalty
+from .allocator import keep_freed_memory
 from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
-
 
 class LanguageModelModule(L.LightningModule):
     """Train, validate and test a stacked recurrent LM on stream windows.
@@ -208,8 +208,10 @@ class LanguageModelModule(L.LightningModule):
 
     # -- training ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        """Unigram noise for the sampled loss: add-one counts of the training split."""
+        """Unigram noise for the sampled loss: add-one counts of the training split; and
+        :func:`keep_freed_memory` (glibc: no page faults on every window's large buffers)."""
         hp = self.hparams
+        keep_freed_memory()
         if self.budget_hidden_sizes is not None and self.logger is not None:
             self.logger.log_hyperparams({"budget_hidden_sizes": self.budget_hidden_sizes,
                                          "num_parameters": self.num_parameters})

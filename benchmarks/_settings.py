@@ -1,0 +1,67 @@
+"""The sizes every part runs at: the full suite, ``--quick`` (a smoke run, under a minute) and
+``--tiny`` (the test suite's run: smallest sizes, the numbers mean nothing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+#: the corpora: $DSF_DATA_ROOT, else ``../shared/data`` beside the repository (where the project keeps them)
+DEFAULT_DATA_ROOT = str(Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
+@dataclasses.dataclass
+class Settings:
+    mode: str = "full"  # "full" | "quick" | "tiny"
+    data_root: str = dataclasses.field(default_factory=lambda: os.environ.get("DSF_DATA_ROOT") or DEFAULT_DATA_ROOT)
+    # part 1: cells vs nn.LSTM / nn.GRU, forward + backward
+    batch: int = 64
+    bptt: int = 35
+    cell_hidden: tuple[int, ...] = (256, 512, 1024)
+    cell_rounds: int = 5
+    # part 2: recurrent matmul GFLOP/s against the measured peak
+    flops_hidden: tuple[int, ...] = (512, 1024)
+    flops_rounds: int = 5
+    matmul_square: int = 2048
+    decoder_shape: tuple[int, int, int] = (2240, 512, 10_000)  # B*T, H, V
+    # part 3: Lightning loop vs a hand-written loop, real PTB
+    lm_hidden: int = 256
+    lm_batch: int = 32
+    lm_steps: int = 40  # timed steps per run
+    lm_warmup_steps: int = 5  # steps before the clock starts (in the same run)
+    lm_rounds: int = 5
+    lm_warmup_runs: int = 1  # untimed runs of each loop first
+    allocator_rounds: int = 2  # fresh-process runs with / without the module's malloc tuning
+    # part 4: the scorer
+    score_sentences: int = 1000
+    score_batch_sizes: tuple[int, ...] = (32, 128)
+    score_rounds: int = 3
+    memory_tokens: tuple[int, int] = (10_000, 1_000_000)
+    # part 5: parallel scans vs their loops
+    scan_lengths: tuple[int, ...] = (35, 256, 1024)
+    scan_hidden: int = 512
+    scan_batch: int = 64
+    scan_rounds: int = 5
+
+    @classmethod
+    def for_mode(cls, mode: str, **overrides) -> "Settings":
+        s = cls(mode=mode)
+        if mode == "quick":
+            s = dataclasses.replace(
+                s, cell_hidden=(256,), cell_rounds=2, flops_hidden=(512,), flops_rounds=1, matmul_square=1024,
+                decoder_shape=(700, 256, 10_000), lm_steps=6, lm_warmup_steps=2, lm_rounds=2,
+                lm_warmup_runs=0, allocator_rounds=0,
+                score_sentences=100, score_batch_sizes=(32,), score_rounds=1, memory_tokens=(10_000, 30_000),
+                scan_lengths=(35, 256), scan_rounds=2,
+            )
+        elif mode == "tiny":
+            s = dataclasses.replace(
+                s, batch=4, bptt=6, cell_hidden=(16,), cell_rounds=1, flops_hidden=(16,), flops_rounds=1,
+                matmul_square=64, decoder_shape=(24, 16, 100), lm_hidden=16, lm_batch=4, lm_steps=3,
+                lm_warmup_steps=1, lm_rounds=1, lm_warmup_runs=0, allocator_rounds=0, score_sentences=8, score_batch_sizes=(4,), score_rounds=1,
+                memory_tokens=(500, 2_000), scan_lengths=(8,), scan_hidden=8, scan_batch=2, scan_rounds=1,
+            )
+        elif mode != "full":
+            raise ValueError(f"mode must be full, quick or tiny, got {mode!r}")
+        return dataclasses.replace(s, **overrides)

@@ -1,0 +1,87 @@
+"""Part 1: forward + backward tokens/s of every registered cell against ``torch.nn.LSTM`` and
+``torch.nn.GRU`` at the same hidden size (input size = H, B=64, T=35 by default).
+
+One contender is one whole-sequence forward ``[B, T, H] -> [B, T, H]`` from the zero state and the
+backward of a fixed random output gradient (into the parameters and the input), as in a first layer.
+All cells of one H run round-robin with the two torch baselines; the ratio is per round.
+
+    OMP_NUM_THREADS=1 python -m benchmarks --only 1
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from dsf_lightning.cells import build_cell, list_cells
+
+from ._settings import Settings
+from ._timing import PartResult, Row, fmt_ratio, interleave, md_table
+
+BASELINES = ("nn.LSTM", "nn.GRU")
+
+
+def _torch_rnn(kind: str, H: int) -> nn.Module:
+    return (nn.LSTM if kind == "nn.LSTM" else nn.GRU)(H, H, batch_first=True)
+
+
+def fwd_bwd(module: nn.Module, B: int, T: int, H: int, *, torch_rnn: bool = False, seed: int = 0):
+    """A closure running one forward + backward of ``module`` on fixed random data."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, T, H, generator=gen).requires_grad_()
+    with torch.no_grad():
+        out = module(x)[0]
+    g = torch.randn(out.shape, generator=gen)
+
+    def run():
+        x.grad = None
+        for p in module.parameters():
+            p.grad = None
+        y = module(x)[0]
+        y.backward(g)
+
+    return run
+
+
+def run(settings: Settings) -> PartResult:
+    t_start = time.perf_counter()
+    B, T = settings.batch, settings.bptt
+    cells = list_cells()
+    rows: list[Row] = []
+    table: dict[str, dict[int, tuple]] = {}
+    for H in settings.cell_hidden:
+        torch.manual_seed(0)
+        contenders = {}
+        for kind in BASELINES:
+            contenders[kind] = fwd_bwd(_torch_rnn(kind, H), B, T, H)
+        for name in cells:
+            contenders[name] = fwd_bwd(build_cell(name, H, H), B, T, H)
+        timings = interleave(contenders, rounds=settings.cell_rounds, warmup=1)
+        case = f"B={B} T={T} H={H}"
+        for name in contenders:
+            rate = timings.rate(name, B * T)
+            vs_lstm = timings.speedup(name, "nn.LSTM")
+            vs_gru = timings.speedup(name, "nn.GRU")
+            rows.append(Row(1, case, name, "fwd+bwd tokens/s", "tokens/s", rate, "nn.LSTM", vs_lstm))
+            rows.append(Row(1, case, name, "fwd+bwd speed vs nn.GRU", "x", None, "nn.GRU", vs_gru))
+            table.setdefault(name, {})[H] = (rate, vs_lstm, vs_gru)
+    Hs = settings.cell_hidden
+    header = ["cell"] + [f"H={H} k tok/s" for H in Hs] + [f"H={H} vs nn.LSTM" for H in Hs] + [f"H={H} vs nn.GRU" for H in Hs]
+    body = []
+    for name in (*BASELINES, *cells):
+        r = table[name]
+        body.append([f"`{name}`"] + [f"{r[H][0].median / 1e3:.1f}" for H in Hs]
+                    + [fmt_ratio(r[H][1]) for H in Hs] + [fmt_ratio(r[H][2]) for H in Hs])
+    beat = {H: sum(1 for n in cells if table[n][H][1].median >= 1.0) for H in Hs}
+    md = (
+        f"Forward + backward of a whole `[B={B}, T={T}, H]` sequence (input size = H, gradient into the "
+        f"input and every parameter), {settings.cell_rounds} rounds round-robin per H. Ratio > 1: faster "
+        "than the torch module (tokens/s ratio).\n\n" + md_table(header, body) + "\n\n"
+        + "Cells at least as fast as `nn.LSTM`: "
+        + ", ".join(f"{beat[H]}/{len(cells)} at H={H}" for H in Hs) + "."
+    )
+    targets = []
+    return PartResult(1, "Cells vs torch.nn.LSTM / nn.GRU (forward + backward tokens/s)", md, rows, targets,
+                      time.perf_counter() - t_start)

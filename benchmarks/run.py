@@ -1,0 +1,113 @@
+"""Run the benchmark suite and write ``RESULTS.md``, ``results.csv`` and ``results.json``.
+
+    OMP_NUM_THREADS=1 python -m benchmarks              # the full suite (~15 min at one thread)
+    OMP_NUM_THREADS=1 python -m benchmarks --quick      # a smoke run (under a minute)
+    OMP_NUM_THREADS=1 python -m benchmarks --only 1,3   # some parts
+    OMP_NUM_THREADS=1 python benchmarks/run.py ...      # the same
+
+Parts:
+  1. every registered cell vs torch.nn.LSTM / nn.GRU, forward + backward tokens/s
+  2. recurrent matmul GFLOP/s of each recurrence against the measured matmul peak (torch.mm vs oneDNN)
+  3. language-model training through the Lightning loop vs a hand-written PyTorch loop (real PTB)
+  4. the scorer: batched vs one sentence at a time; peak memory streaming 10k vs 1M tokens
+  5. parallel scans (dsf_lightning.ops.scan) vs their loops at T = 35, 256, 1024
+
+Contenders run round-robin and every ratio is a per-round ratio (the machine is shared and noisy):
+see :mod:`benchmarks._timing`.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import shlex  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+if __package__ in (None, ""):  # `python benchmarks/run.py`: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    __package__ = "benchmarks"
+
+from benchmarks._settings import Settings  # noqa: E402
+from benchmarks._timing import machine_info, use_threads, use_wall_clock, write_results  # noqa: E402
+
+PARTS = {
+    1: "benchmarks.bench_cells",
+    2: "benchmarks.bench_recurrence",
+    3: "benchmarks.bench_training",
+    4: "benchmarks.bench_scoring",
+    5: "benchmarks.bench_scan",
+}
+HERE = Path(__file__).resolve().parent
+
+
+def _parts(text: str) -> list[int]:
+    try:
+        parts = sorted({int(p) for p in text.replace(" ", "").split(",") if p})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--only takes part numbers like 1 or 2,4; got {text!r}") from None
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise argparse.ArgumentTypeError(f"parts are {', '.join(map(str, PARTS))}; got {text!r}")
+    return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    doc = __doc__.split("\n\n")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=doc[0],
+                                     epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="a short smoke run (under a minute)")
+    size.add_argument("--tiny", action="store_true", help="the test suite's run: smallest sizes, meaningless numbers")
+    parser.add_argument("--only", type=_parts, default=None, metavar="N[,N...]", help="run only these parts")
+    parser.add_argument("--out", type=Path, default=HERE, help="where RESULTS.md / results.csv / results.json go "
+                        "(default: benchmarks/)")
+    parser.add_argument("--wall", action="store_true", help="time with the wall clock instead of process CPU time")
+    parser.add_argument("--data-root", default=None, help="corpora root (default: $DSF_DATA_ROOT, else ../shared/data beside the repository)")
+    args = parser.parse_args(argv)
+
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+    use_threads(threads)
+    use_wall_clock(args.wall)
+    # the allocator policy dsf training runs under (LanguageModelModule.setup applies it), for every part
+    # of this process alike; part 3 measures what it is worth in fresh processes
+    from dsf_lightning.training.allocator import MALLOC_TUNING_ENV, keep_freed_memory
+
+    tuned = keep_freed_memory()
+    mode = "quick" if args.quick else "tiny" if args.tiny else "full"
+    settings = Settings.for_mode(mode, **({"data_root": args.data_root} if args.data_root else {}))
+    command = "OMP_NUM_THREADS={} python -m benchmarks {}".format(
+        threads, shlex.join(sys.argv[1:] if argv is None else argv)).strip()
+    machine = machine_info()
+    machine["allocator"] = ("glibc, large blocks kept for reuse (as dsf training sets it)" if tuned else
+                            f"glibc default ({MALLOC_TUNING_ENV}=0 or not glibc)")
+    print(f"{command}\n" + "\n".join(f"  {k}: {v}" for k, v in machine.items()), flush=True)
+
+    results, t0 = [], time.perf_counter()
+    for number in args.only or list(PARTS):
+        module = importlib.import_module(PARTS[number])
+        print(f"\n== part {number} ({PARTS[number]})", flush=True)
+        t = time.perf_counter()
+        part = module.run(settings)
+        part.seconds = time.perf_counter() - t
+        results.append(part)
+        print(f"{part.title}\n\n{part.markdown}", flush=True)
+        for target in part.targets:
+            verdict = {True: "MET", False: "NOT MET", None: "n/a"}[target.met]
+            print(f"  target [{verdict}] {target.what}: {target.measured} (goal {target.goal})", flush=True)
+        print(f"  ({part.seconds:.0f} s)", flush=True)
+        # written after every part: an interrupted run keeps what it measured
+        paths = write_results(args.out, results, command=command, machine=machine,
+                              total_seconds=time.perf_counter() - t0)
+    print(f"\nwrote {', '.join(str(p) for p in paths.values())} in {(time.perf_counter() - t0) / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

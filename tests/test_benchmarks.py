@@ -1,0 +1,43 @@
+"""The benchmark suite runs end to end (``python -m benchmarks --tiny``: every part at the smallest
+sizes) and writes its results files with the expected columns. No timing is asserted: the numbers of
+a tiny run mean nothing."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COLUMNS = ["part", "case", "contender", "metric", "unit", "median", "min", "max", "rounds",
+           "ratio_vs", "ratio", "ratio_min", "ratio_max", "note"]
+
+
+def test_suite_writes_results(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "DSF_DATA_ROOT": os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))}
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--out", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    with open(tmp_path / "results.csv", newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == COLUMNS
+        rows = list(reader)
+    assert {int(r["part"]) for r in rows} == {1, 2, 3, 4, 5}
+    part1 = [r for r in rows if r["part"] == "1" and r["metric"] == "fwd+bwd tokens/s"]
+    from dsf_lightning.cells import list_cells
+
+    assert {r["contender"] for r in part1} == {"nn.LSTM", "nn.GRU", *list_cells()}
+    assert all(float(r["median"]) > 0 and r["ratio_vs"] == "nn.LSTM" for r in part1)
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["command"].startswith("OMP_NUM_THREADS=1 python -m benchmarks --tiny")
+    assert {"CPU", "torch", "threads", "date"} <= set(results["machine"])
+    assert len(results["rows"]) == len(rows)
+
+    md = (tmp_path / "RESULTS.md").read_text()
+    for heading in ("## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. "):
+        assert heading in md
+    assert "python -m benchmarks --tiny" in md
