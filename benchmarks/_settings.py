@@ -40,8 +40,8 @@ class Settings:
     memory_tokens: tuple[int, int] = (10_000, 1_000_000)
     # part 5: parallel scans vs their loops
     scan_lengths: tuple[int, ...] = (35, 256, 1024)
-    scan_hidden: int = 512
-    scan_batch: int = 64
+    # (B, H) configurations: the LM size, and a small one whose [B, T, H] tensors stay in the caches
+    scan_shapes: tuple[tuple[int, int], ...] = ((64, 512), (8, 64))
     scan_rounds: int = 5
 
     @classmethod
@@ -60,7 +60,7 @@ class Settings:
                 s, batch=4, bptt=6, cell_hidden=(16,), cell_rounds=1, flops_hidden=(16,), flops_rounds=1,
                 matmul_square=64, decoder_shape=(24, 16, 100), lm_hidden=16, lm_batch=4, lm_steps=3,
                 lm_warmup_steps=1, lm_rounds=1, lm_warmup_runs=0, allocator_rounds=0, score_sentences=8, score_batch_sizes=(4,), score_rounds=1,
-                memory_tokens=(500, 2_000), scan_lengths=(8,), scan_hidden=8, scan_batch=2, scan_rounds=1,
+                memory_tokens=(500, 2_000), scan_lengths=(8,), scan_shapes=((2, 8),), scan_rounds=1,
             )
         elif mode != "full":
             raise ValueError(f"mode must be full, quick or tiny, got {mode!r}")

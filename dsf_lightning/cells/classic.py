@@ -39,17 +39,25 @@ sequence costs one input matmul; the recurrent products of a step are stacked in
 the equations allow it (Elman, MI-RNN, LSTM, GRU with ``reset_after``). The GRU's and MGU's inner
 function multiplies the gated state ``q_t * h_{t-1}`` by ``V_h``, which needs the gate first: two
 recurrent matmuls per step are then unavoidable.
+
+Speed: every product goes through :func:`dsf_lightning.ops.fast_linear.fast_linear` (oneDNN for large
+fp32 CPU products, about 2x ``torch.mm``'s MKL path on the development machine; ``F.linear`` otherwise),
+and :class:`SequenceLoopCell.forward` runs the step loop of :meth:`~SequenceLoopCell.recur_with` with
+:class:`~dsf_lightning.ops.fast_linear.SequenceLinear` products, which compute each recurrent weight's
+gradient as one product over all steps instead of one small product per step. ``recur`` / ``step`` and
+:meth:`~dsf_lightning.cells.base.RecurrentCell.forward_reference` compute the same function step by step.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import CellOptionError, RecurrentCell, State
+from ..ops.fast_linear import SequenceLinear, fast_linear
+from .base import CellOptionError, MaybeMasks, RecurrentCell, State, _masked
 from .base import activation as _activation  # the option of the same name would shadow it
 from .registry import register_cell
 
@@ -83,9 +91,56 @@ def smoothed_rectifier(x: Tensor, a: float) -> Tensor:
     return torch.clamp_min(x - a * torch.tanh(x / a), 0.0)
 
 
+# -- the shared whole-sequence loop ----------------------------------------------------------------
+class SequenceLoopCell(RecurrentCell):
+    """A cell whose step reads its recurrent matrix products through callables, so that a whole sequence
+    can give it :class:`~dsf_lightning.ops.fast_linear.SequenceLinear` products (each weight's gradient
+    as one product over all steps) and a single step plain :func:`fast_linear` ones.
+
+    Subclasses implement :meth:`recurrent_weights` (the weights, in the order ``recur_with`` reads the
+    products) and :meth:`recur_with`; ``recur`` is ``recur_with`` with per-step products.
+    """
+
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        """The weights ``W`` of the recurrent products ``x W^T`` that ``recur_with`` reads, in order."""
+        raise NotImplementedError
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
+        """One step, as :meth:`recur`, with ``products[i](x) = x W_i^T`` for ``W_i = recurrent_weights()[i]``."""
+        raise NotImplementedError
+
+    def step_products(self) -> tuple:
+        """The products of a single step (outside a whole-sequence forward)."""
+        return tuple(partial(fast_linear, weight=w) for w in self.recurrent_weights())
+
+    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+        return self.recur_with(projected_t, state, self.step_products())
+
+    def sequence_loop_supported(self) -> bool:
+        """Whether :meth:`forward` may run the loop with sequence products (wrappers ask their base)."""
+        return True
+
+    def forward(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """:meth:`forward_reference`'s loop, with the recurrent products of the whole sequence."""
+        if x.dim() != 3 or x.shape[1] == 0 or not self.sequence_loop_supported():
+            return self.forward_reference(x, state, state_masks)
+        self._check_input(x, 3)
+        if state is None:
+            state = self.init_state(x.shape[0], x.device, x.dtype)
+        projected = self.project_inputs(x)  # [B, T, P]: one matmul for all steps
+        products = tuple(SequenceLinear(w, x.shape[1], x.shape[0]) for w in self.recurrent_weights())
+        outputs = []
+        for projected_t in projected.unbind(1):  # unbind: see forward_reference
+            out_t, state = self.recur_with(projected_t, _masked(state, state_masks), products)
+            outputs.append(out_t)
+        return torch.stack(outputs, dim=1), state  # [B, T, output_size]
+
+
 # -- Elman ---------------------------------------------------------------------------------------
 @register_cell("elman")
-class ElmanCell(RecurrentCell):
+class ElmanCell(SequenceLoopCell):
     """The simple (Elman, 1990) recurrent network, DSF eq. 6: ``h_t = phi(V h_{t-1} + W x_t + b)``.
 
     Options:
@@ -110,11 +165,14 @@ class ElmanCell(RecurrentCell):
         nn.init.zeros_(self.b)
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.W, self.b)  # [..., H] = W x_t + b
+        return fast_linear(x, self.W, self.b)  # [..., H] = W x_t + b
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (self.V,)
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         (h_prev,) = state
-        h = self.phi(torch.addmm(projected_t, h_prev, self.V.t()))  # eq. 6, [B, H]
+        h = self.phi(projected_t + products[0](h_prev))  # eq. 6, [B, H]
         return h, (h,)
 
     def extra_repr(self) -> str:
@@ -123,7 +181,7 @@ class ElmanCell(RecurrentCell):
 
 # -- multiplicative integration ------------------------------------------------------------------
 @register_cell("mi-rnn")
-class MIRNNCell(RecurrentCell):
+class MIRNNCell(SequenceLoopCell):
     """Second-order / multiplicative-integration RNN (Wu et al. 2016), DSF eq. 11 as a standalone RNN::
 
         d1  = alpha * V h_{t-1} * W x_t
@@ -162,15 +220,18 @@ class MIRNNCell(RecurrentCell):
             nn.init.ones_(p)
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        Wx = F.linear(x, self.W)  # [..., H]
+        Wx = fast_linear(x, self.W)  # [..., H]
         A = torch.addcmul(self.beta1, self.alpha, Wx)  # alpha * Wx + beta1: multiplies V h_{t-1}
         B = torch.addcmul(self.b, self.beta2, Wx)  # beta2 * Wx + b
         return torch.cat((A, B), dim=-1)  # [..., 2H]
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (self.V,)
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         (h_prev,) = state
         A, B = projected_t.chunk(2, dim=-1)  # [B, H] each
-        Vh = F.linear(h_prev, self.V)  # [B, H]
+        Vh = products[0](h_prev)  # [B, H]
         h = self.phi(torch.addcmul(B, Vh, A))  # eq. 11: Vh*(alpha*Wx + beta1) + beta2*Wx + b
         return h, (h,)
 
@@ -180,7 +241,7 @@ class MIRNNCell(RecurrentCell):
 
 # -- LSTM ----------------------------------------------------------------------------------------
 @register_cell("lstm")
-class LSTMCell(RecurrentCell):
+class LSTMCell(SequenceLoopCell):
     """Long Short-Term Memory, DSF sec. 3 (eqs 16-17 and the cell-state equations before them)::
 
         z_t = tanh(W_z x_t + V_z h_{t-1} + b_z)                  candidate
@@ -239,11 +300,14 @@ class LSTMCell(RecurrentCell):
             self.b[H : 2 * H].fill_(self.forget_bias)
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.W, self.b)  # [..., 4H] = W x_t + b for all four blocks
+        return fast_linear(x, self.W, self.b)  # [..., 4H] = W x_t + b for all four blocks
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (self.V,)
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         h_prev, c_prev = state
-        gates = torch.addmm(projected_t, h_prev, self.V.t())  # [B, 4H]: one recurrent matmul
+        gates = projected_t + products[0](h_prev)  # [B, 4H]: one recurrent matmul
         a_i, a_f, a_z, a_r = gates.chunk(4, dim=-1)  # [B, H] each
         if self.peepholes:
             a_i = torch.addcmul(a_i, self.U_i, c_prev)
@@ -264,7 +328,7 @@ class LSTMCell(RecurrentCell):
 
 # -- GRU -----------------------------------------------------------------------------------------
 @register_cell("gru")
-class GRUCell(RecurrentCell):
+class GRUCell(SequenceLoopCell):
     """Gated Recurrent Unit exactly as DSF sec. 3 writes it (eqs 18-19 and the inner function)::
 
         q_t = sigmoid(V_q h_{t-1} + W_q x_t + b_q)                     reset gate
@@ -311,22 +375,27 @@ class GRUCell(RecurrentCell):
         nn.init.zeros_(self.b)
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.W, self.b)  # [..., 3H] = W x_t + b for q, r and g
+        return fast_linear(x, self.W, self.b)  # [..., 3H] = W x_t + b for q, r and g
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
-        (h_prev,) = state
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        if self.reset_after:
+            return (self.V,)
         H = self.hidden_size
+        return (self.V[: 2 * H], self.V[2 * H :])  # [V_q; V_r] read h_{t-1}, V_h reads q_t * h_{t-1}
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
+        (h_prev,) = state
         p_q, p_r, p_h = projected_t.chunk(3, dim=-1)  # [B, H] each
         if self.reset_after:
-            Vq, Vr, Vh = F.linear(h_prev, self.V).chunk(3, dim=-1)  # one matmul, [B, H] each
+            Vq, Vr, Vh = products[0](h_prev).chunk(3, dim=-1)  # one matmul, [B, H] each
             q = torch.sigmoid(p_q + Vq)
             r = torch.sigmoid(p_r + Vr)
             g = torch.tanh(torch.addcmul(p_h, q, Vh))  # q_t * (V_h h_{t-1}) + W_h x_t + b_h
         else:
-            Vq, Vr = F.linear(h_prev, self.V[: 2 * H]).chunk(2, dim=-1)  # the two gates at once
+            Vq, Vr = products[0](h_prev).chunk(2, dim=-1)  # the two gates at once
             q = torch.sigmoid(p_q + Vq)
             r = torch.sigmoid(p_r + Vr)  # eq. 19
-            g = torch.tanh(torch.addmm(p_h, q * h_prev, self.V[2 * H :].t()))  # V_h (q_t * h_{t-1})
+            g = torch.tanh(p_h + products[1](q * h_prev))  # V_h (q_t * h_{t-1})
         h = torch.lerp(h_prev, g, r)  # eq. 18: r_t * g_t + (1 - r_t) * h_{t-1}
         return h, (h,)
 
@@ -336,7 +405,7 @@ class GRUCell(RecurrentCell):
 
 # -- MGU -----------------------------------------------------------------------------------------
 @register_cell("mgu")
-class MGUCell(RecurrentCell):
+class MGUCell(SequenceLoopCell):
     """Minimal Gated Unit (Zhou et al. 2016) as DSF sec. 3 describes it: the GRU's outer function
     (eqs 18-19) with a single forget gate ``r_t`` that also resets the inner function::
 
@@ -364,21 +433,24 @@ class MGUCell(RecurrentCell):
         nn.init.zeros_(self.b)
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.W, self.b)  # [..., 2H] = W x_t + b for r and g
+        return fast_linear(x, self.W, self.b)  # [..., 2H] = W x_t + b for r and g
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
-        (h_prev,) = state
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
         H = self.hidden_size
+        return (self.V[:H], self.V[H:])  # V_r reads h_{t-1}, V_h reads r_t * h_{t-1}
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
+        (h_prev,) = state
         p_r, p_h = projected_t.chunk(2, dim=-1)  # [B, H] each
-        r = torch.sigmoid(torch.addmm(p_r, h_prev, self.V[:H].t()))  # eq. 19
-        g = torch.tanh(torch.addmm(p_h, r * h_prev, self.V[H:].t()))  # V_h (r_t * h_{t-1})
+        r = torch.sigmoid(p_r + products[0](h_prev))  # eq. 19
+        g = torch.tanh(p_h + products[1](r * h_prev))  # V_h (r_t * h_{t-1})
         h = torch.lerp(h_prev, g, r)  # eq. 18: r_t * g_t + (1 - r_t) * h_{t-1}
         return h, (h,)
 
 
 # -- smoothed rectifier RNN ----------------------------------------------------------------------
 @register_cell("srelu-rnn")
-class SmoothedReLURNNCell(RecurrentCell):
+class SmoothedReLURNNCell(SequenceLoopCell):
     """The RNN of the IRLM paper (sec. 2.1-2.2) with its smoothed rectifier::
 
         x_t = f(W y_t + R x_{t-1} [+ b]),     f(v) = max(0, v - a * tanh(v / a))
@@ -412,11 +484,14 @@ class SmoothedReLURNNCell(RecurrentCell):
             nn.init.zeros_(self.b)
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.W, self.b)  # [..., H] = W y_t (+ b)
+        return fast_linear(x, self.W, self.b)  # [..., H] = W y_t (+ b)
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (self.V,)
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         (h_prev,) = state
-        h = smoothed_rectifier(torch.addmm(projected_t, h_prev, self.V.t()), self.a)  # [B, H]
+        h = smoothed_rectifier(projected_t + products[0](h_prev), self.a)  # [B, H]
         return h, (h,)
 
     def extra_repr(self) -> str:

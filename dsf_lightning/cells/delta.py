@@ -15,6 +15,10 @@ Registered cells:
 * ``delta-rnn-simple`` the simple Delta-RNN, eq. 7: ``h_t = Phi(V h_{t-1} + W x_t + b + h_{t-1})``.
 * ``delta-rnn-ln``     the layer-normalized late-integration Delta-RNN of Appendix A (eqs 20-23).
 
+(``delta-rnn-simple`` and ``delta-rnn-ln`` run the step loop of
+:class:`~dsf_lightning.cells.classic.SequenceLoopCell`: oneDNN products, the recurrent weight's gradient
+as one product over all steps.)
+
 Speed: ``delta-rnn`` runs a whole sequence through :func:`dsf_lightning.ops.fused_rnn.gated_recurrence`
 (``implementation="fast"``, the default): the input products, the inner function's data terms and the
 gate are computed for all steps at once, the loop does one ``[B, H] x [H, H]`` product (oneDNN for fp32)
@@ -34,6 +38,7 @@ from torch import Tensor, nn
 from ..ops.fast_linear import fast_linear
 from ..ops.fused_rnn import gated_recurrence
 from .base import MaybeMasks, RecurrentCell, State, activation, check_choice, check_probability
+from .classic import SequenceLoopCell
 from .registry import register_cell
 
 INNER_FORMS = ("elman", "second-order", "general")
@@ -173,7 +178,7 @@ class DeltaRNNCell(RecurrentCell):
 
 
 @register_cell("delta-rnn-simple")
-class SimpleDeltaRNNCell(RecurrentCell):
+class SimpleDeltaRNNCell(SequenceLoopCell):
     """The simple Delta-RNN, DSF eq. 7: ``h_t = Phi(V h_{t-1} + W x_t + b + h_{t-1})``.
 
     Options:
@@ -192,16 +197,19 @@ class SimpleDeltaRNNCell(RecurrentCell):
         self.reset_parameters()
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.W, self.b)  # [..., H] = W x_t + b
+        return fast_linear(x, self.W, self.b)  # [..., H] = W x_t + b
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (self.V,)
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         (h_prev,) = state
-        h = self.Phi(F.linear(h_prev, self.V) + projected_t + h_prev)  # eq. 7
+        h = self.Phi(products[0](h_prev) + projected_t + h_prev)  # eq. 7
         return h, (h,)
 
 
 @register_cell("delta-rnn-ln")
-class LayerNormDeltaRNNCell(RecurrentCell):
+class LayerNormDeltaRNNCell(SequenceLoopCell):
     """Layer-normalized late-integration Delta-RNN, DSF Appendix A (eqs 20-23)::
 
         d_rec = LN(V h_{t-1}),  d_dat = LN(W x_t)                          (20)
@@ -246,12 +254,15 @@ class LayerNormDeltaRNNCell(RecurrentCell):
         self.norm_rec.reset_parameters()
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return self.norm_data(F.linear(x, self.W))  # [..., H] = d_dat (eq. 20), hoisted over time
+        return self.norm_data(fast_linear(x, self.W))  # [..., H] = d_dat (eq. 20), hoisted over time
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (self.V,)
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         (h_prev,) = state
         d_dat = projected_t
-        d_rec = self.norm_rec(F.linear(h_prev, self.V))  # eq. 20
+        d_rec = self.norm_rec(products[0](h_prev))  # eq. 20
         z = self.phi(d_rec * d_dat + d_rec + d_dat)  # eq. 21
         if self.training and self.dropout > 0:
             z = F.dropout(z, self.dropout, training=True)

@@ -32,16 +32,21 @@ a scan cannot compute the gates. It does apply to everything downstream of recor
 ``(content, i, f)`` for all steps, :meth:`RANCell.states_from_gates` rebuilds every ``c_t`` with one call
 of :func:`dsf_lightning.ops.scan.linear_recurrence` (``a_t = f_t``, ``b_t = i_t * c~_t``), differentiable
 in the gates; this is the decomposition of eq. 3 that the influence analysis (eq. 7) reads.
+
+Speed: both gates' recurrent products are one ``[B, H] x [H, 2H]`` product per step (the two weights
+concatenated once per sequence) through oneDNN, with the weight gradient as one product over all steps
+(:class:`~dsf_lightning.cells.classic.SequenceLoopCell`); a single step (``recur``) keeps two products.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..ops.fast_linear import fast_linear
 from ..ops.scan import linear_recurrence
-from .base import CellOptionError, RecurrentCell, State, activation, check_choice
+from .base import CellOptionError, State, activation, check_choice
+from .classic import SequenceLoopCell
 from .registry import register_cell
 
 OUTPUT_FUNCTIONS = ("tanh", "identity")
@@ -62,7 +67,7 @@ def states_from_gates(
 
 
 @register_cell("ran")
-class RANCell(RecurrentCell):
+class RANCell(SequenceLoopCell):
     """The RAN of eq. 1: gated additive update of a linear content layer, output ``h_t = g(c_t)``.
 
     Options:
@@ -94,19 +99,28 @@ class RANCell(RecurrentCell):
         # [..., 3H] = [W_cx x, W_ix x + b_i, W_fx x + b_f] in one matmul
         weight = torch.cat((self.W_cx, self.W_ix, self.W_fx))
         bias = torch.cat((torch.zeros_like(self.b_i), self.b_i, self.b_f))
-        return F.linear(x, weight, bias)
+        return fast_linear(x, weight, bias)
+
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (torch.cat((self.W_ih, self.W_fh)),)  # [2H, H]: both gates read h_{t-1}
+
+    def step_products(self) -> tuple:
+        # one step: two products, not a fresh [2H, H] copy of the weights per step
+        return (lambda h: torch.cat((fast_linear(h, self.W_ih), fast_linear(h, self.W_fh)), dim=-1),)
+
+    def gates_with(self, projected_t: Tensor, c_prev: Tensor, products: tuple) -> tuple[Tensor, Tensor, Tensor]:
+        content, x_i, x_f = projected_t.chunk(3, dim=-1)
+        h_prev = self.g(c_prev)  # h_{t-1} = g(c_{t-1})
+        a_i, a_f = products[0](h_prev).chunk(2, dim=-1)  # W_ih h_{t-1}, W_fh h_{t-1}
+        return content, torch.sigmoid(x_i + a_i), torch.sigmoid(x_f + a_f)
 
     def gates(self, projected_t: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(content c~_t, input gate i_t, forget gate f_t) of eq. 1, each [B, H]."""
-        content, x_i, x_f = projected_t.chunk(3, dim=-1)
-        h_prev = self.g(c_prev)  # h_{t-1} = g(c_{t-1})
-        i = torch.sigmoid(x_i + F.linear(h_prev, self.W_ih))
-        f = torch.sigmoid(x_f + F.linear(h_prev, self.W_fh))
-        return content, i, f
+        return self.gates_with(projected_t, c_prev, self.step_products())
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         (c_prev,) = state
-        content, i, f = self.gates(projected_t, c_prev)
+        content, i, f = self.gates_with(projected_t, c_prev, products)
         c = i * content + f * c_prev  # eq. 1: purely additive state update
         return self.g(c), (c,)
 
@@ -122,7 +136,7 @@ class RANCell(RecurrentCell):
 
 
 @register_cell("ran-simple")
-class SimpleRANCell(RecurrentCell):
+class SimpleRANCell(SequenceLoopCell):
     """The simplified RAN of eq. 2: the content is ``x_t`` itself and the output is ``c_t``.
 
     No options. ``input_size`` must equal ``hidden_size``.
@@ -151,19 +165,27 @@ class SimpleRANCell(RecurrentCell):
 
     def project_inputs(self, x: Tensor) -> Tensor:
         # [..., 3H] = [x, W_ix x + b_i, W_fx x + b_f]: the content is x itself
-        gates_x = F.linear(x, torch.cat((self.W_ix, self.W_fx)), torch.cat((self.b_i, self.b_f)))
+        gates_x = fast_linear(x, torch.cat((self.W_ix, self.W_fx)), torch.cat((self.b_i, self.b_f)))
         return torch.cat((x, gates_x), dim=-1)
+
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return (torch.cat((self.W_ic, self.W_fc)),)  # [2H, H]: both gates read c_{t-1}
+
+    def step_products(self) -> tuple:
+        return (lambda c: torch.cat((fast_linear(c, self.W_ic), fast_linear(c, self.W_fc)), dim=-1),)
+
+    def gates_with(self, projected_t: Tensor, c_prev: Tensor, products: tuple) -> tuple[Tensor, Tensor, Tensor]:
+        x, x_i, x_f = projected_t.chunk(3, dim=-1)
+        a_i, a_f = products[0](c_prev).chunk(2, dim=-1)  # W_ic c_{t-1}, W_fc c_{t-1}
+        return x, torch.sigmoid(x_i + a_i), torch.sigmoid(x_f + a_f)
 
     def gates(self, projected_t: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(content x_t, input gate i_t, forget gate f_t) of eq. 2, each [B, H]."""
-        x, x_i, x_f = projected_t.chunk(3, dim=-1)
-        i = torch.sigmoid(x_i + F.linear(c_prev, self.W_ic))
-        f = torch.sigmoid(x_f + F.linear(c_prev, self.W_fc))
-        return x, i, f
+        return self.gates_with(projected_t, c_prev, self.step_products())
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         (c_prev,) = state
-        x, i, f = self.gates(projected_t, c_prev)
+        x, i, f = self.gates_with(projected_t, c_prev, products)
         c = i * x + f * c_prev  # eq. 2
         return c, (c,)
 

@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import CellOptionError, MaybeMasks, RecurrentCell, State, check_choice, check_positive_int
+from .base import CellOptionError, MaybeMasks, State, check_choice, check_positive_int
+from .classic import SequenceLoopCell
 from .registry import build_cell, register_cell
 
 SCORES = ("dot", "distance")
@@ -64,7 +65,7 @@ def check_base_options(value: object) -> dict:
 
 
 @register_cell("sr")
-class StateRegularizedCell(RecurrentCell):
+class StateRegularizedCell(SequenceLoopCell):
     """The stochastic component of an sr-RNN (eqs 2-6) wrapped around any registered cell (eq. 1).
 
     Options:
@@ -195,12 +196,19 @@ class StateRegularizedCell(RecurrentCell):
             weights = one_hot + (alpha - alpha.detach())
         return weights @ self.centroids  # [B, k] @ [k, d] -> [B, d]
 
-    def regularized_recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State, Tensor]:
+    def regularized_recur(
+        self, projected_t: Tensor, state: State, products: tuple | None = None
+    ) -> tuple[Tensor, State, Tensor]:
         """One sr-RNN step: the wrapped cell (eq. 1), then eqs 2-6 on its ``state_index`` tensor.
 
+        ``products``: the wrapped cell's recurrent products (see
+        :class:`~dsf_lightning.cells.classic.SequenceLoopCell`), or None for its own ``recur``.
         Returns (output ``[B, output_size]``, new state, transition probabilities alpha ``[B, k]``).
         """
-        base_out, base_state = self.base.recur(projected_t, state)  # eq. 1
+        if products is None:
+            base_out, base_state = self.base.recur(projected_t, state)  # eq. 1
+        else:
+            base_out, base_state = self.base.recur_with(projected_t, state, products)  # eq. 1
         base_state = tuple(base_state)
         u = base_state[self.state_index]
         alpha = self.probabilities(u)  # eqs 2-4
@@ -214,10 +222,23 @@ class StateRegularizedCell(RecurrentCell):
         return self.base.project_inputs(x)  # the stochastic component reads no input
 
     def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
-        out, new_state, alpha = self.regularized_recur(projected_t, state)
+        return self._recur_collecting(projected_t, state, None)
+
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
+        return self._recur_collecting(projected_t, state, products)
+
+    def _recur_collecting(self, projected_t: Tensor, state: State, products: tuple | None) -> tuple[Tensor, State]:
+        out, new_state, alpha = self.regularized_recur(projected_t, state, products)
         if self._probs_sink is not None:
             self._probs_sink.append(alpha)
         return out, new_state
+
+    # the whole-sequence loop of SequenceLoopCell, with the wrapped cell's products when it has them
+    def sequence_loop_supported(self) -> bool:
+        return isinstance(self.base, SequenceLoopCell) and self.base.sequence_loop_supported()
+
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        return self.base.recurrent_weights()
 
     # -- transition probabilities for callers ------------------------------------------------------
     # These run the inherited step / forward unchanged (same code path, same state masking) and
