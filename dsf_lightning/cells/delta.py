@@ -109,11 +109,11 @@ class DeltaRNNCell(RecurrentCell):
                 nn.init.ones_(p)
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.W)  # [..., H] = W x_t
+        return fast_linear(x, self.W)  # [..., H] = W x_t
 
     def inner_function(self, Wx: Tensor, h_prev: Tensor) -> Tensor:
         """z_t = g(x_t, h_{t-1}) before dropout (eq. 6, 10 or 11)."""
-        Vh = F.linear(h_prev, self.V)  # [B, H]
+        Vh = fast_linear(h_prev, self.V)  # [B, H] (oneDNN; F.linear under torch.func and for float64)
         if self.inner == "elman":
             pre = Vh + Wx + self.b
         elif self.inner == "second-order":
