@@ -150,13 +150,14 @@ def test_huge_inputs_end_quickly_within_bounded_memory(scorers, tmp_path, hostil
     word, char = scorers["word"], scorers["char"]
     before = peak_rss_mb()
     big = "x" * (1 << 20)
+    path = tmp_path / "binary.txt"
+    # 1 MB of random bytes >= 128 after a 0xFF (never valid in UTF-8), made before the clock starts
+    path.write_bytes(b"\xff" + random.Random(0).randbytes((1 << 20) - 1).translate(bytes(range(128, 256)) * 2))
     with within(30):
         result = word.score(big)  # one out-of-vocabulary word
         assert result.tokens == ["<unk>", "<eos>"] and result.num_oov == 1
         with pytest.raises(ScoringError, match="'z'.*not in the model's closed vocabulary"):
             char.score("z" * (1 << 20))
-        path = tmp_path / "binary.txt"
-        path.write_bytes(bytes(random.Random(0).randrange(128, 256) for _ in range(1 << 20)))
         with pytest.raises(ScoringError, match="not valid UTF-8 at byte offset 0"):
             word.score_document(path)
         path.write_bytes(b" \t" * (1 << 19) + b"\n")  # a 1 MB line of blanks: no word, one <eos>
