@@ -536,4 +536,8 @@ def test_document_memory_does_not_grow_with_length(tmp_path):
     assert small["tokens"] == 10_000 and large["tokens"] == 1_000_000
     margin = 4 * 2**20  # a few MB (allocator noise), against ~100 MB per million held floats + symbols
     assert large["rss_growth"] <= small["rss_growth"] + margin
-    assert large["tracemalloc_peak"] <= small["tracemalloc_peak"] * 1.10 + 64 * 2**10
+    # Python objects: CPython keeps freed small tuples, floats, frames... on free lists (2,000 tuples of each
+    # size, ~96 KiB for 1-tuples alone) that tracemalloc still counts; a long run fills them once. A document
+    # held in memory would be megabytes (~100 MB per million floats and symbols).
+    free_lists = 256 * 2**10
+    assert large["tracemalloc_peak"] <= small["tracemalloc_peak"] * 1.10 + free_lists
