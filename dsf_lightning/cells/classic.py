@@ -50,6 +50,7 @@ gradient as one product over all steps instead of one small product per step. ``
 
 from __future__ import annotations
 
+import abc
 import math
 from functools import partial
 
@@ -101,13 +102,13 @@ class SequenceLoopCell(RecurrentCell):
     products) and :meth:`recur_with`; ``recur`` is ``recur_with`` with per-step products.
     """
 
+    @abc.abstractmethod
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         """The weights ``W`` of the recurrent products ``x W^T`` that ``recur_with`` reads, in order."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         """One step, as :meth:`recur`, with ``products[i](x) = x W_i^T`` for ``W_i = recurrent_weights()[i]``."""
-        raise NotImplementedError
 
     def step_products(self) -> tuple:
         """The products of a single step (outside a whole-sequence forward)."""

@@ -1,5 +1,6 @@
 """CpuTimeBudget stops training on process CPU time spent in training batches and records a curve."""
 
+import lightning as L
 import pytest
 
 from dsf_lightning.training.callbacks import CpuTimeBudget
@@ -7,15 +8,24 @@ from dsf_lightning.training.callbacks import CpuTimeBudget
 from .conftest import quiet_trainer, toy_modules
 
 
+class _CountTargets(L.Callback):
+    def __init__(self):
+        self.tokens = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.tokens += batch[1].numel()
+
+
 def test_training_stops_once_the_cpu_budget_is_spent(toy_corpus):
     module, data = toy_modules(toy_corpus)
-    budget = CpuTimeBudget(seconds=0.2, record_every=2)
-    trainer = quiet_trainer(max_epochs=10_000, limit_val_batches=0, callbacks=[budget])
+    budget, counted = CpuTimeBudget(seconds=0.2, record_every=2), _CountTargets()
+    trainer = quiet_trainer(max_epochs=10_000, limit_val_batches=0, callbacks=[budget, counted])
     trainer.fit(module, datamodule=data)
     assert budget.used >= 0.2  # it ran until the budget was spent ...
     assert trainer.current_epoch < 9_999  # ... and stopped there, long before max_epochs
     assert budget.steps == trainer.global_step
-    assert budget.tokens == budget.steps * 4 * 7  # batch 4 x bptt 7 targets per step
+    assert budget.tokens == counted.tokens  # every target token of the windows trained (the last is shorter)
+    assert budget.steps * 4 * 6 < budget.tokens <= budget.steps * 4 * 7  # batch 4 x bptt 7 (at most)
     assert [p["step"] for p in budget.curve] == list(range(2, budget.steps + 1, 2))
     assert all(p["cpu_seconds"] <= budget.used for p in budget.curve)
     assert all(p["train_loss"] > 0 for p in budget.curve)
