@@ -265,14 +265,9 @@ def machine_info() -> dict[str, str]:
     """What a reader needs to judge the numbers: CPU model, cores, library versions, threads, date."""
     import torch
 
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        cpu = platform.processor() or "unknown"
+    from dsf_lightning._machine import cpu_model
+
+    cpu = cpu_model()
     try:
         import lightning
 

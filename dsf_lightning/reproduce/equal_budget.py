@@ -27,7 +27,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -122,16 +121,10 @@ def ordering_holds(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from .._machine import cpu_model
+
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
-    return f"{model}, {os.cpu_count()} cores, OMP_NUM_THREADS={threads}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, OMP_NUM_THREADS={threads}"
 
 
 def _markdown(records: list[dict[str, Any]], verdict: dict[str, Any], args: argparse.Namespace, command: str) -> str:

@@ -15,7 +15,6 @@ import copy
 import json
 import logging
 import platform
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -99,30 +98,6 @@ class BestWeights(L.Callback):
     def restore(self, module: L.LightningModule) -> None:
         if self.state is not None:
             module.load_state_dict(self.state)
-
-
-class CpuBudget(L.Callback):
-    """Stop training once this process has used ``seconds`` of CPU time since ``fit`` began (checked after
-    every training batch). On a shared machine a wall-clock budget (``max_time``) buys a run fewer steps the
-    busier the machine is; a CPU-time budget buys the same work whatever else runs."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.start = 0.0
-        self.used = 0.0
-        self.exhausted = False
-
-    def on_fit_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self.start = time.process_time()
-
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self.used = time.process_time() - self.start
-        if self.used >= self.seconds:
-            self.exhausted = True
-            trainer.should_stop = True
-
-    def on_fit_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self.used = time.process_time() - self.start
 
 
 def machine_line(note: str = "another job shared the machine") -> str:

@@ -26,11 +26,11 @@ import lightning as L
 import torch
 from torch.utils.data import Dataset
 
+from ..training.callbacks import CpuTimeBudget
 from . import languages as lang
 from .datamodules import BalancedParenthesesDataModule
 from .experiment_utils import (
     BestWeights,
-    CpuBudget,
     accuracy,
     args_to_json,
     machine_line,
@@ -156,7 +156,8 @@ def run_one(data: CurriculumParentheses, dataset: str, model: str, seed: int, ar
         momentum=args.momentum,
     )
     best = BestWeights(plan["patience"], "val_acc", min_epochs=plan["curriculum_epochs"])
-    budget = CpuBudget(plan["max_minutes"] * 60)  # CPU time: the same work however busy the machine is
+    # CPU time since fit began (validation included): the same work however busy the machine is
+    budget = CpuTimeBudget(plan["max_minutes"] * 60, include_validation=True)
     trainer = quiet_trainer(plan["max_epochs"], plan["max_minutes"] * 60 * args.wall_factor, args.clip, [best, budget],
                             reload_dataloaders_every_n_epochs=1)
     t0 = time.perf_counter()

@@ -363,38 +363,54 @@ class CpuTimeBudget(L.Callback):
     CPU time (``time.process_time``: all threads of this process) is counted from the start to the end
     of each training batch (forward, backward, optimizer step), so validation and data loading are not
     charged, and time the process spends waiting for a busy core is not charged either: models trained
-    side by side with other jobs still get equal compute. Every ``record_every`` steps the callback
+    side by side with other jobs still get equal compute. With ``include_validation`` the clock runs from
+    the start of ``fit`` instead (validation charged too). Every ``record_every`` steps the callback
     appends ``{"step", "cpu_seconds", "tokens", "train_loss"}`` to :attr:`curve` (a training curve
     against compute). The budget survives a resume (``state_dict``).
 
     Args:
         seconds: the CPU-time budget, > 0.
         record_every: steps between curve points (>= 1).
+        include_validation: charge all CPU time since ``fit`` began, not only the training batches.
     """
 
-    def __init__(self, seconds: float, record_every: int = 50) -> None:
+    def __init__(self, seconds: float, record_every: int = 50, include_validation: bool = False) -> None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
             raise ValueError(f"CpuTimeBudget: seconds must be a positive number, got {seconds!r}")
         if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
             raise ValueError(f"CpuTimeBudget: record_every must be a positive integer, got {record_every!r}")
         self.seconds = float(seconds)
         self.record_every = record_every
+        self.include_validation = bool(include_validation)
         self.used = 0.0
         self.tokens = 0
         self.steps = 0
         self.curve: list[dict[str, float]] = []
-        self._started: float | None = None
+        self._started: float | None = None  # start of the running batch, or of fit (include_validation)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the budget is spent."""
+        return self.used >= self.seconds
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.include_validation:
+            self._started = time.process_time() - self.used  # a resumed budget keeps what it had used
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._started = time.process_time()
+        if not self.include_validation:
+            self._started = time.process_time()
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self._started is None:
             return
-        self.used += time.process_time() - self._started
-        self._started = None
+        if self.include_validation:
+            self.used = time.process_time() - self._started
+        else:
+            self.used += time.process_time() - self._started
+            self._started = None
         self.steps += 1
         targets = batch[1] if isinstance(batch, (tuple, list)) and len(batch) > 1 else None
         if isinstance(targets, Tensor):
@@ -402,11 +418,15 @@ class CpuTimeBudget(L.Callback):
         if self.steps % self.record_every == 0:
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
             self.curve.append({
-                "step": self.steps, "cpu_seconds": round(self.used, 3), "tokens": self.tokens,
+                "step": self.steps, "cpu_seconds": self.used, "tokens": self.tokens,
                 "train_loss": float(loss.detach()) if isinstance(loss, Tensor) else float("nan"),
             })
-        if self.used >= self.seconds:
+        if self.exhausted:
             trainer.should_stop = True
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.include_validation and self._started is not None:
+            self.used = time.process_time() - self._started
 
     def state_dict(self) -> dict[str, Any]:
         return {"used": self.used, "tokens": self.tokens, "steps": self.steps, "curve": list(self.curve)}

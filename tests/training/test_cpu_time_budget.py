@@ -44,3 +44,12 @@ def test_budget_state_round_trips():
 def test_bad_budgets_are_refused(kwargs):
     with pytest.raises(ValueError, match="CpuTimeBudget"):
         CpuTimeBudget(**kwargs)
+
+
+def test_include_validation_charges_the_whole_fit(toy_corpus):
+    module, data = toy_modules(toy_corpus)
+    budget = CpuTimeBudget(seconds=0.3, include_validation=True)
+    trainer = quiet_trainer(max_epochs=10_000, callbacks=[budget])  # validates every epoch
+    trainer.fit(module, datamodule=data)
+    assert budget.exhausted and budget.used >= 0.3
+    assert trainer.current_epoch < 9_999 and budget.steps == trainer.global_step
