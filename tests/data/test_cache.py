@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -164,3 +165,116 @@ def test_concurrent_builders_in_two_processes_never_corrupt_the_entry(tmp_path):
     fresh = load_corpus("text-folder", root, cache=False)
     assert cached.info["cached"] and cached.vocab == fresh.vocab
     assert torch.equal(cached.splits["train"], fresh.splits["train"])
+
+
+# ---------------------------------------------------------------------------------------------- races
+GOOD = "w1 w2 w3\nw2 w3\n"
+SWAPPED = "w3 w3 w1 w2 w1\n"
+
+
+def _fresh(root):
+    return load_corpus("text-folder", root, cache=False)
+
+
+def _assert_every_entry_matches_its_content(root, tmp_path, cache):
+    """Whatever the cache holds, a load of either content gives the tokens a fresh build gives."""
+    for text in (GOOD, SWAPPED):
+        write(root / "valid.txt", text)
+        loaded = load_corpus("text-folder", root, cache_dir=cache)
+        fresh = _fresh(root)
+        for split in fresh.splits:
+            assert torch.equal(loaded.splits[split], fresh.splits[split]), (
+                f"cache entry {loaded.info['cache']} (cached={loaded.info['cached']}) holds the tokens of "
+                f"other bytes than its key's for {split}"
+            )
+        assert loaded.vocab == fresh.vocab
+
+
+@pytest.mark.parametrize("when", ["after-hashing", "while-tokenizing"])
+def test_a_file_replaced_during_a_load_cannot_poison_the_cache(root, tmp_path, monkeypatch, when):
+    """Issue 13 item 5: the bytes whose sha256 keys the entry must be the bytes tokenized. The file
+    is replaced at the two points between hashing and tokenizing (deterministic race)."""
+    from dsf_lightning.data.corpora import base as corpus_base, get_corpus_spec
+
+    cache = tmp_path / "cache"
+    write(root / "valid.txt", GOOD)
+    swapped = []
+
+    def swap_once():
+        if not swapped:
+            swapped.append(True)
+            write(root / "valid.txt", SWAPPED)
+
+    if when == "after-hashing":  # the file changes right after load_corpus hashed it
+        real_digests, real_verify = corpus_base.file_digests, corpus_base.verify_file
+
+        def digests(path, *a, **k):
+            out = real_digests(path, *a, **k)
+            if Path(path).name == "valid.txt":
+                swap_once()
+            return out
+
+        def verify(path, *a, **k):
+            out = real_verify(path, *a, **k)
+            if Path(path).name == "valid.txt":
+                swap_once()
+            return out
+
+        monkeypatch.setattr(corpus_base, "file_digests", digests)
+        monkeypatch.setattr(corpus_base, "verify_file", verify)
+    else:  # the file changes when the spec starts reading lines to tokenize
+        spec = get_corpus_spec("text-folder")
+        real_lines = type(spec).lines
+
+        def lines(self, split, paths, opts):
+            swap_once()
+            return real_lines(self, split, paths, opts)
+
+        monkeypatch.setattr(type(spec), "lines", lines)
+    raced = load_corpus("text-folder", root, cache_dir=cache)
+    assert swapped
+    monkeypatch.undo()
+    # what the raced load returned is one consistent content (never old key + new tokens)
+    assert raced.splits["valid"].numel() in (7, 6)  # GOOD: 3+1 + 2+1 tokens; SWAPPED: 5+1
+    _assert_every_entry_matches_its_content(root, tmp_path, cache)
+
+
+@pytest.mark.slow
+def test_a_writer_thread_swapping_the_file_never_poisons_the_cache(root, tmp_path):
+    """A real race: a thread rewrites valid.txt between two contents while loads (each a cache miss,
+    in its own cache dir) run; then every entry written must hold the tokens of its key's content."""
+    import threading
+
+    from safetensors.torch import load_file
+
+    expected = {}
+    for text in (GOOD, SWAPPED):
+        write(root / "valid.txt", text)
+        fresh = _fresh(root)
+        expected[fresh.info["key"]] = fresh.splits["valid"]
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            path = root / f".valid.{i}.tmp"
+            path.write_text(GOOD if i % 2 else SWAPPED, encoding="utf-8")
+            os.replace(path, root / "valid.txt")
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for i in range(60):
+            load_corpus("text-folder", root, cache_dir=tmp_path / f"cache{i}")
+    finally:
+        stop.set()
+        thread.join()
+    checked = poisoned = 0
+    for i in range(60):
+        for entry in (tmp_path / f"cache{i}").glob("*.safetensors"):
+            with safe_open(str(entry), framework="pt") as f:
+                key = f.metadata()["key"]
+            checked += 1
+            poisoned += not torch.equal(load_file(str(entry))["valid"], expected[key])
+    assert checked == 60 and poisoned == 0, f"{poisoned} of {checked} cache entries poisoned"

@@ -33,6 +33,8 @@ from .files import (
     DATA_ROOT_ENV,
     CorpusError,
     FileSpec,
+    FrozenFile,
+    check_digests,
     default_cache_dir,
     download as fetch_url,
     file_digests,
@@ -249,25 +251,40 @@ def load_corpus(
     if vocab is not None and not isinstance(vocab, Vocabulary):
         vocab = Vocabulary.load(vocab)
     tokenizer = spec.tokenizer(opts)
-    key = _cache.cache_key({
-        "corpus": name, "spec_version": spec.version, "format": _cache.FORMAT, "splits": splits,
-        "files": {split: [digests[str(p)] for p, _ in resolved[split]] for split in splits},
-        "options": json.loads(json.dumps(opts, default=_jsonable)),
-        "tokenizer": tokenizer.to_dict(), "vocab": vocab.to_dict() if vocab is not None else None,
-    })
-    info = {"data_root": str(root), "files": {p: digests[p] for p in digests}, "options": opts, "key": key}
-    entry = _cache.entry_path(cache_dir or default_cache_dir(), name, key) if cache else None
+
+    def key_of(digests: dict[str, str]) -> str:
+        return _cache.cache_key({
+            "corpus": name, "spec_version": spec.version, "format": _cache.FORMAT, "splits": splits,
+            "files": {split: [digests[str(p)] for p, _ in resolved[split]] for split in splits},
+            "options": json.loads(json.dumps(opts, default=_jsonable)),
+            "tokenizer": tokenizer.to_dict(), "vocab": vocab.to_dict() if vocab is not None else None,
+        })
+
+    key = key_of(digests)
+    cache_root = cache_dir or default_cache_dir()
+    entry = _cache.entry_path(cache_root, name, key) if cache else None
     hit = _cache.load_entry(entry, key) if entry is not None else None
     if hit is not None:
         tensors, vocab, tokenizer = hit
         tensors = {s: tensors[s] for s in splits}
     else:
-        tensors, vocab = _build(spec, splits, resolved, opts, tokenizer, vocab)
+        # Tokenize the very bytes that are hashed: each file is read once more, into memory, and the key
+        # is recomputed from that copy, so a file replaced after the check above cannot leave an entry
+        # keyed by the old content holding the new tokens (issue 13, item 5).
+        frozen, digests = _freeze(name, resolved, splits, verify)
+        if key_of(digests) != key:
+            logger.warning("%s: a file changed while the corpus was being loaded; using its content as read now", name)
+            key = key_of(digests)
+            entry = _cache.entry_path(cache_root, name, key) if cache else None
+        tensors, vocab = _build(spec, splits, frozen, opts, tokenizer, vocab)
+        _check_unread(name, frozen, digests)
+        del frozen
         if entry is not None:
             try:
                 _cache.save_entry(entry, key, tensors, vocab, tokenizer)
             except OSError as err:  # a read-only cache must not stop training
                 logger.warning("could not write the corpus cache %s: %s", entry, err)
+    info = {"data_root": str(root), "files": dict(digests), "options": opts, "key": key}
     info.update(cache=str(entry) if entry else None, cached=hit is not None, seconds=time.perf_counter() - start)
     logger.info("loaded %s in %.2fs (%s)", name, info["seconds"], "cache hit" if hit else "built")
     return Corpus(name, vocab, tokenizer.name, tensors, tokenizer=tokenizer, info=info)
@@ -290,6 +307,45 @@ def verify_corpus(
         for path, fs in files
         if path.is_file()
     }
+
+
+def _freeze(name: str, resolved: dict, splits: list[str], verify: bool) -> tuple[dict, dict[str, str]]:
+    """``resolved`` with every file replaced by a :class:`FrozenFile` (read once, shared by the splits
+    that read the same file), and ``{path: sha256}`` of those bytes (checked against the specs when
+    ``verify``)."""
+    frozen: dict[str, FrozenFile] = {}
+    digests: dict[str, str] = {}
+    out: dict[str, list] = {}
+    for split in splits:
+        out[split] = []
+        for path, fs in resolved[split]:
+            if path.is_dir():
+                out[split].append((path, fs))
+                continue
+            key = str(path)
+            if key not in frozen:
+                frozen[key] = FrozenFile.read(path)
+                if not frozen[key].content:
+                    raise CorpusError(f"corpus {name!r}: file {path} is empty (split {split!r})")
+                sha, blob = frozen[key].digests()
+                digests[key] = check_digests(path, fs, sha, blob) if verify else sha
+            out[split].append((frozen[key], fs))
+    return out, digests
+
+
+def _check_unread(name: str, frozen: dict, digests: dict[str, str]) -> None:
+    """A spec that read a file by another route than its frozen bytes read the disk: make sure it read
+    the bytes that were hashed (a narrower check than the frozen copy, for custom specs)."""
+    for files in frozen.values():
+        for path, _ in files:
+            if isinstance(path, FrozenFile) and not path.opened:
+                now = file_digests(Path(path))[0]
+                if now != digests[str(path)]:
+                    raise CorpusError(
+                        f"corpus {name!r}: {path} changed while it was being tokenized (sha256 "
+                        f"{digests[str(path)][:16]}... when read, {now[:16]}... now); nothing was cached. "
+                        "Load it again once the file no longer changes."
+                    )
 
 
 def _jsonable(value: Any) -> Any:

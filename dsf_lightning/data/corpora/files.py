@@ -71,7 +71,9 @@ def default_cache_dir() -> Path:
 
 
 def file_digests(path: str | os.PathLike) -> tuple[str, str]:
-    """(sha256, git blob id) of a file, in one pass."""
+    """(sha256, git blob id) of a file, in one pass (of the bytes a :class:`FrozenFile` holds, if it is one)."""
+    if isinstance(path, FrozenFile) and path.content is not None:
+        return path.digests()
     path = Path(path)
     sha = hashlib.sha256()
     blob = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
@@ -82,9 +84,47 @@ def file_digests(path: str | os.PathLike) -> tuple[str, str]:
     return sha.hexdigest(), blob.hexdigest()
 
 
-def verify_file(path: str | os.PathLike, spec: FileSpec) -> str:
-    """Check ``path`` against ``spec``'s sha256 (or git blob id); return the file's sha256."""
-    sha, blob = file_digests(path)
+class FrozenFile(type(Path())):
+    """A corpus file's path holding the bytes read from it once: opening it (``open``, ``read_text``,
+    ``read_bytes``, :func:`open_text`, :func:`read_lines`) serves those bytes, never the disk again.
+
+    Why: a file hashed in one read and tokenized in another can be replaced in between, and the cache
+    entry keyed by the old sha256 would hold the new file's tokens (issue 13, item 5). Hashing and
+    tokenizing one in-memory copy makes the key describe exactly the bytes tokenized.
+    ``opened`` tells whether anything read the frozen bytes (a spec that opened the file by another
+    route, e.g. ``open(str(path))``, read the disk, and :func:`load_corpus` re-checks it).
+    """
+
+    content: bytes | None = None
+    opened: bool = False
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "FrozenFile":
+        frozen = cls(path)
+        with open(path, "rb") as f:
+            frozen.content = f.read()
+        return frozen
+
+    def digests(self) -> tuple[str, str]:
+        """(sha256, git blob id) of the frozen bytes."""
+        blob = hashlib.sha1(f"blob {len(self.content)}\0".encode())
+        blob.update(self.content)
+        return hashlib.sha256(self.content).hexdigest(), blob.hexdigest()
+
+    def open(self, mode="r", buffering=-1, encoding=None, errors=None, newline=None):
+        if self.content is None:
+            return super().open(mode, buffering, encoding, errors, newline)
+        if set(mode) - set("rbt"):
+            raise io.UnsupportedOperation(f"{self} is a read-only snapshot of a corpus file (mode {mode!r})")
+        self.opened = True
+        raw = io.BytesIO(self.content)
+        if "b" in mode:
+            return raw
+        return io.TextIOWrapper(raw, encoding=io.text_encoding(encoding), errors=errors, newline=newline)
+
+
+def check_digests(path: str | os.PathLike, spec: FileSpec, sha: str, blob: str) -> str:
+    """Check a file's (sha256, git blob id) against ``spec``; return the sha256."""
     if spec.sha256 is not None and sha != spec.sha256:
         raise CorpusError(
             f"checksum mismatch for {path}: sha256 {sha}, expected {spec.sha256}. "
@@ -96,6 +136,11 @@ def verify_file(path: str | os.PathLike, spec: FileSpec) -> str:
             "(`git hash-object FILE`). Replace the file (or pass verify=False)."
         )
     return sha
+
+
+def verify_file(path: str | os.PathLike, spec: FileSpec) -> str:
+    """Check ``path`` against ``spec``'s sha256 (or git blob id); return the file's sha256."""
+    return check_digests(path, spec, *file_digests(path))
 
 
 def verify_files(root: str | os.PathLike, specs: Sequence[FileSpec]) -> dict[str, str]:
@@ -115,9 +160,13 @@ def verify_files(root: str | os.PathLike, specs: Sequence[FileSpec]) -> dict[str
 
 def open_text(path: str | os.PathLike) -> io.TextIOBase:
     """Open a UTF-8 text file, transparently decompressing ``.xz``, ``.gz`` and ``.bz2``."""
-    path = str(path)
-    opener = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}.get(os.path.splitext(path)[1], open)
-    return opener(path, "rt", encoding="utf-8", newline="\n")
+    opener = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}.get(os.path.splitext(str(path))[1])
+    if isinstance(path, FrozenFile) and path.content is not None:  # the bytes already hashed
+        raw = path.open("rb")
+        if opener is None:
+            return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+        return opener(raw, "rt", encoding="utf-8", newline="\n")
+    return (opener or open)(str(path), "rt", encoding="utf-8", newline="\n")
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:

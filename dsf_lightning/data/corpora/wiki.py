@@ -82,7 +82,7 @@ class Text8(CorpusSpec):
     def lines(self, split: str, paths: list[Path], opts: dict) -> Iterator[Line]:
         path = paths[0]
         if path.suffix == ".zip":
-            with zipfile.ZipFile(path) as zf:
+            with path.open("rb") as raw, zipfile.ZipFile(raw) as zf:  # path.open: the bytes load_corpus hashed
                 text = zf.read("text8").decode("ascii")
         else:
             text = path.read_text(encoding="ascii")
