@@ -11,8 +11,9 @@ unless another paper is named:
                      h_t = phi(alpha * V h_{t-1} * W x_t + beta1 * V h_{t-1} + beta2 * W x_t + b)
 
 * ``lstm``       the LSTM of DSF sec. 3 (eqs 16-17 and the c_t, z_t, i_t, f_t equations that follow),
-                 optionally with Graves-2013 diagonal peepholes as in the state-regularization paper
-                 (``papers/sr_rnn_state_regularized.md``, eqs 7-9)::
+                 optionally with peepholes: diagonal (Graves 2013, the state-regularization paper's
+                 ``papers/sr_rnn_state_regularized.md`` eqs 7-9) or full matrices (``U c``, DSF eqs
+                 16-17 and its Table 2 parameter counts: ``peepholes: matrix``)::
 
                      z_t = tanh(W_z x_t + V_z h_{t-1} + b_z)
                      i_t = sigmoid(W_i x_t + V_i h_{t-1} + U_i * c_{t-1} + b_i)
@@ -252,34 +253,48 @@ class LSTMCell(SequenceLoopCell):
         r_t = sigmoid(W_r x_t + V_r h_{t-1} [+ U_r * c_t] + b_r)        output gate (17)
         h_t = r_t * tanh(c_t)                                                   (16)
 
-    The bracketed peephole terms are present with ``peepholes=True``. They are *diagonal*
-    (vectors, element-wise products) as in Graves (2013), which the DSF paper cites for its LSTM, and
-    as the sr-RNN paper writes them (``p ⊙ c``, its eqs 7-9). The output gate peeks at the *new* cell
-    state ``c_t`` (DSF eq. 17, sr-RNN eq. 9); the input and forget gates at ``c_{t-1}``.
+    The bracketed peephole terms are present with ``peepholes`` ``True`` / ``"diagonal"`` or
+    ``"matrix"``. ``"diagonal"`` (what ``True`` means): vectors, element-wise products, as in Graves
+    (2013) and as the sr-RNN paper writes them (``p ⊙ c``, its eqs 7-9; the sr-LSTM-p). ``"matrix"``:
+    full ``[H, H]`` matrices ``U_i c_{t-1}``, ``U_f c_{t-1}``, ``U_r c_t``, as DSF eqs 16-17 write them
+    and as its Table 2 counts them (the PTB-SW LSTM's 1,274,804 parameters at H = 100, V = 2,404 are
+    exactly ``7H^2 + 5HV + 4H + V``; diagonal peepholes would give ``4H^2 + 5HV + 7H + V``). The output
+    gate peeks at the *new* cell state ``c_t`` (DSF eq. 17, sr-RNN eq. 9); the input and forget gates
+    at ``c_{t-1}``. Matrix peepholes are recurrent products like ``V h``: the whole-sequence path
+    runs them as sequence products too.
 
     Gate blocks are stacked in the order (i, f, z, r), the same order as ``torch.nn.LSTMCell``'s
     (i, f, g, o), so its weights copy over block for block (its two biases add up to ``b``).
 
     Options:
-        peepholes: add the diagonal peepholes ``U_i``, ``U_f``, ``U_r`` (default False).
+        peepholes: ``False`` (default), ``True`` / ``"diagonal"`` (vectors ``U_i``, ``U_f``, ``U_r``)
+            or ``"matrix"`` (``[H, H]`` matrices, the DSF paper's eqs 16-17).
         forget_bias: the value the forget-gate bias ``b_f`` is *initialised* to (default 1.0; the
             DSF paper searched {1, 2, 3} for its LSTM baselines, footnote 12, and 1 is the usual
             recommendation of Jozefowicz et al. 2015). ``b_f`` is learned like every other bias.
 
     Parameters: ``W`` [4H, I], ``V`` [4H, H], ``b`` [4H] and, with peepholes, ``U_i``, ``U_f``,
-    ``U_r`` [H] each. State: ``(h, c)``; output ``h``.
+    ``U_r`` [H] each (diagonal) or [H, H] each (matrix). State: ``(h, c)``; output ``h``.
     """
+
+    PEEPHOLES = ("diagonal", "matrix")
 
     def __init__(
         self,
         input_size: int,
         hidden_size: int,
         *,
-        peepholes: bool = False,
+        peepholes: bool | str = False,
         forget_bias: float = 1.0,
     ) -> None:
         super().__init__(input_size, hidden_size)
-        self.peepholes = _check_bool("peepholes", peepholes)
+        if peepholes is not False and peepholes is not True and peepholes not in self.PEEPHOLES:
+            raise CellOptionError(
+                f"peepholes must be false (none), true or 'diagonal' (Graves 2013 / sr-RNN eqs 7-9) or "
+                f"'matrix' (DSF eqs 16-17); got {peepholes!r}"
+            )
+        #: False, True (diagonal: what True has always meant, sr-LSTM-p and existing checkpoints) or "matrix"
+        self.peepholes: bool | str = True if peepholes == "diagonal" else peepholes
         self.forget_bias = _check_finite("forget_bias", forget_bias)
         self.state_sizes = (hidden_size, hidden_size)  # (h, c)
         H = hidden_size
@@ -287,9 +302,10 @@ class LSTMCell(SequenceLoopCell):
         self.V = nn.Parameter(torch.empty(4 * H, H))  # [V_i; V_f; V_z; V_r]
         self.b = nn.Parameter(torch.empty(4 * H))  # [b_i; b_f; b_z; b_r]
         if self.peepholes:
-            self.U_i = nn.Parameter(torch.empty(H))
-            self.U_f = nn.Parameter(torch.empty(H))
-            self.U_r = nn.Parameter(torch.empty(H))
+            shape = (H, H) if self.peepholes == "matrix" else (H,)
+            self.U_i = nn.Parameter(torch.empty(shape))
+            self.U_f = nn.Parameter(torch.empty(shape))
+            self.U_r = nn.Parameter(torch.empty(shape))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -304,20 +320,28 @@ class LSTMCell(SequenceLoopCell):
         return fast_linear(x, self.W, self.b)  # [..., 4H] = W x_t + b for all four blocks
 
     def recurrent_weights(self) -> tuple[Tensor, ...]:
+        if self.peepholes == "matrix":  # U_i and U_f both read c_{t-1}: one stacked product
+            return (self.V, torch.cat((self.U_i, self.U_f)), self.U_r)
         return (self.V,)
 
     def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         h_prev, c_prev = state
         gates = projected_t + products[0](h_prev)  # [B, 4H]: one recurrent matmul
         a_i, a_f, a_z, a_r = gates.chunk(4, dim=-1)  # [B, H] each
-        if self.peepholes:
+        if self.peepholes == "matrix":
+            U_ic, U_fc = products[1](c_prev).chunk(2, dim=-1)  # U_i c_{t-1}, U_f c_{t-1}: [B, H] each
+            a_i = a_i + U_ic
+            a_f = a_f + U_fc
+        elif self.peepholes:
             a_i = torch.addcmul(a_i, self.U_i, c_prev)
             a_f = torch.addcmul(a_f, self.U_f, c_prev)
         i = torch.sigmoid(a_i)
         f = torch.sigmoid(a_f)
         z = torch.tanh(a_z)
         c = torch.addcmul(f * c_prev, i, z)  # c_t = f_t * c_{t-1} + i_t * z_t
-        if self.peepholes:
+        if self.peepholes == "matrix":
+            a_r = a_r + products[2](c)  # U_r c_t: the output gate reads c_t (eq. 17)
+        elif self.peepholes:
             a_r = torch.addcmul(a_r, self.U_r, c)  # the output gate reads c_t (eq. 17)
         r = torch.sigmoid(a_r)  # eq. 17
         h = r * torch.tanh(c)  # eq. 16

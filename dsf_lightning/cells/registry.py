@@ -122,9 +122,15 @@ def check_cell_options(name: str, cls: type[RecurrentCell], options: dict) -> No
             if close:
                 hints.append(f"{close[0]!r} for {option!r}")
         hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
+        elsewhere = []  # e.g. 'peepholes' on a cell without a cell state: say which cells define it
+        for option in unknown:
+            owners = [n for n in list_cells() if option in (cell_options(_CELLS[n]) or ())]
+            if owners:
+                elsewhere.append(f"{option!r} is accepted by: {', '.join(owners)}")
+        where = f" ({'; '.join(elsewhere)})" if elsewhere else ""
         raise UnknownCellOptionError(
             f"cell {name!r} does not take the option(s) {', '.join(map(repr, unknown))}{hint}; {takes}. "
-            "Remove the option or choose a cell that takes it"
+            f"Remove the option or choose a cell that takes it{where}"
         )
 
 

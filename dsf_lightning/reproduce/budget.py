@@ -15,7 +15,9 @@ matrix once), so every cell option that changes the count is taken into account.
 
 A budget can also be written as a reference model, ``"CELL:H"`` (``"lstm:100"``): the parameter count of
 a model with that cell (default options) and hidden size, and otherwise the same vocabulary, layers,
-embedding and tying (:func:`resolve_budget`).
+embedding and tying (:func:`resolve_budget`). Cell options go in parentheses,
+``"CELL(option=value, ...):H"``: the DSF paper's Table 2 budget is its own LSTM, with peephole matrices
+(eqs 16-17), ``"lstm(peepholes=matrix):100"`` (1,274,804 parameters at V = 2,404, the paper's LSTM row).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import re
 from typing import Any
 
 import torch
+import yaml
 
 from ..model import LMConfig, RecurrentLM, count_parameters
 
-REFERENCE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*:\s*([0-9]+)\s*$")
+REFERENCE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\(([^()]*)\))?\s*:\s*([0-9]+)\s*$")
+OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([^=]+?)\s*$")
 MAX_HIDDEN = 1 << 16
 
 
@@ -69,8 +73,9 @@ def resolve_budget(
     tie_weights: bool = False,
 ) -> int:
     """A budget as a number of parameters: an int is returned as is; ``"CELL:H"`` is the parameter count
-    of that reference model (cell ``CELL`` with its default options, ``H`` units per layer) with the same
-    vocabulary, layers, embedding size and tying."""
+    of that reference model (cell ``CELL`` with its default options, or those given as
+    ``"CELL(option=value, ...):H"``, ``H`` units per layer) with the same vocabulary, layers, embedding
+    size and tying."""
     if isinstance(budget, bool):
         raise BudgetError(f"parameter budget must be a positive int or 'CELL:H', got {budget!r}")
     if isinstance(budget, int):
@@ -83,10 +88,26 @@ def resolve_budget(
         match = REFERENCE.match(budget)
         if match:
             return lm_parameter_count(
-                match.group(1), int(match.group(2)), vocab_size,
+                match.group(1), int(match.group(3)), vocab_size,
                 layers=layers, embedding_size=embedding_size, tie_weights=tie_weights,
+                cell_options=_reference_options(match.group(2), budget),
             )
-    raise BudgetError(f"parameter budget must be a positive int or 'CELL:H' (e.g. 'lstm:100'), got {budget!r}")
+    raise BudgetError(
+        f"parameter budget must be a positive int, 'CELL:H' (e.g. 'lstm:100') or 'CELL(option=value, ...):H' "
+        f"(e.g. 'lstm(peepholes=matrix):100'), got {budget!r}"
+    )
+
+
+def _reference_options(text: str | None, budget: str) -> dict[str, Any]:
+    """``"peepholes=matrix, forget_bias=2"`` -> ``{"peepholes": "matrix", "forget_bias": 2}`` (values read
+    as YAML scalars: ``true``, numbers and plain words)."""
+    options: dict[str, Any] = {}
+    for item in filter(str.strip, (text or "").split(",")):
+        match = OPTION.match(item)
+        if not match:
+            raise BudgetError(f"parameter budget {budget!r}: cell options must read 'option=value', got {item.strip()!r}")
+        options[match.group(1)] = yaml.safe_load(match.group(2))
+    return options
 
 
 def hidden_size_for_budget(

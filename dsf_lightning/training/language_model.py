@@ -56,7 +56,8 @@ class LanguageModelModule(L.LightningModule):
             uses the exact full softmax. ``nce_log_z``: NCE's log-normalizer (a number, or ``"learned"``).
         seed: base of the per-window RNG seeds (dropout masks).
         parameter_budget: a fixed parameter budget (the DSF paper's Table 2): an int, or ``"CELL:H"``
-            for the parameter count of that reference model (e.g. ``"lstm:100"``) with the same
+            for the parameter count of that reference model (e.g. ``"lstm:100"``; cell options in
+            parentheses, ``"lstm(peepholes=matrix):100"`` for the DSF paper's LSTM) with the same
             vocabulary, layers, embedding size and tying. When set, the size of every layer in
             ``hidden_sizes`` is replaced by the one whose model count is closest to the budget
             (:func:`~dsf_lightning.reproduce.budget.hidden_size_for_budget`; the number of layers is

@@ -47,6 +47,7 @@ VARIANTS: dict[str, list[tuple]] = {
     "lstm": [
         ("default", {}),
         ("peepholes", {"peepholes": True}),
+        ("dsf-eq16-17-matrix-peepholes", {"peepholes": "matrix"}),
         ("forget-bias-0", {"forget_bias": 0.0}),
     ],
     "gru": [("default", {}), ("reset-after", {"reset_after": True})],
