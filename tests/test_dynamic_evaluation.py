@@ -62,3 +62,70 @@ def test_learning_while_evaluating_lowers_perplexity_and_2_differs_from_1(model)
 def test_bad_arguments(model, kwargs, message):
     with pytest.raises(ValueError, match=message):
         dynamic_evaluation(model, {"test": stream(5)}, **kwargs)
+
+
+# -- per-sentence updates (the DSF paper's "updating the model sample-by-sample after each evaluation",
+#    sec 4.2; its samples are sentences) ---------------------------------------------------------------
+EOS = 16
+
+
+def sentences_stream(seed=6):
+    """Sentences of 3 to 11 tokens (ids 0..15), each closed by EOS, a phrase repeated so that learning helps."""
+    g = torch.Generator().manual_seed(seed)
+    phrase = torch.randint(0, 16, (11,), generator=g)
+    lengths = torch.randint(3, 12, (30,), generator=g).tolist()
+    return torch.cat([torch.cat([phrase[:n], torch.tensor([EOS])]) for n in lengths]), lengths
+
+
+def per_sentence_by_hand(model, ids, lr, context):
+    """Test-then-train written out: predict one sentence (through its EOS) with the current weights, then
+    w <- w - lr * d(summed NLL of the sentence)/dw, carry the state; returns (nll, number of updates)."""
+    import copy
+
+    learner = copy.deepcopy(model).eval()
+    nll, updates, state, prev, start = 0.0, 0, None, context, 0
+    ends = (ids == EOS).nonzero().flatten().tolist()
+    for end in ends:
+        targets = ids[start : end + 1]
+        inputs = torch.cat([torch.tensor([prev]), targets[:-1]])
+        logits, state = learner(inputs[None], state)
+        loss = F.cross_entropy(logits[0], targets, reduction="sum")
+        nll += float(loss)
+        grads = torch.autograd.grad(loss, list(learner.parameters()))
+        with torch.no_grad():
+            for p, g in zip(learner.parameters(), grads):
+                p -= lr * g
+        updates += 1
+        state = tuple(tuple(s.detach() for s in layer) for layer in state)
+        prev, start = int(targets[-1]), end + 1
+    return nll, updates
+
+
+def test_per_sentence_updates_happen_at_sentence_ends_and_nowhere_else(model, monkeypatch):
+    ids, lengths = sentences_stream()
+    steps = []
+    real_step = torch.optim.SGD.step
+    monkeypatch.setattr(torch.optim.SGD, "step", lambda self, *a, **k: (steps.append(1), real_step(self, *a, **k))[1])
+    got = dynamic_evaluation(model, {"test": ids}, lr=0.05, updates="sentence", sentence_end=EOS, context_token=EOS)["test"]
+    want_nll, want_updates = per_sentence_by_hand(model, ids, 0.05, EOS)
+    assert len(steps) == want_updates == len(lengths)  # one update per sentence
+    assert got.tokens == ids.numel()
+    assert got.nll == pytest.approx(want_nll, rel=1e-6)
+    # not the 20-token segmentation: the default mode updates elsewhere and scores differently
+    segments = dynamic_evaluation(model, {"test": ids}, lr=0.05, context_token=EOS)["test"]
+    assert abs(segments.nll - got.nll) > 1e-3 * got.nll
+
+
+def test_per_sentence_updates_need_a_sentence_end(model):
+    with pytest.raises(ValueError, match="sentence_end"):
+        dynamic_evaluation(model, {"test": stream(5)}, updates="sentence")
+    with pytest.raises(ValueError, match="updates.*'segment'.*'sentence'"):
+        dynamic_evaluation(model, {"test": stream(5)}, updates="word", context_token=0)
+
+
+def test_a_trailing_unfinished_sentence_is_scored_and_learned_from(model):
+    ids, _ = sentences_stream()
+    ids = torch.cat([ids, torch.tensor([1, 2, 3])])  # no EOS at the end
+    got = dynamic_evaluation(model, {"test": ids}, lr=0.0, updates="sentence", sentence_end=EOS, context_token=EOS)
+    assert got["test"].tokens == ids.numel()
+    assert got["test"].nll == pytest.approx(static_nll(model, ids, EOS), rel=1e-5)

@@ -70,9 +70,12 @@ def dynamic_results_on_corpus(
     corpus_options: dict | None = None,
     lr: float = 0.005,
     segment_length: int = 20,
+    updates: str = "segment",
 ) -> tuple[list[dict], dict[str, float]]:
     """Test perplexity (or BPC) under dynamic evaluation #1 (test only) and #2 (validation, then test),
-    DSF paper sec 4.2, as model-index results and metrics; the pretrained weights stay untouched."""
+    DSF paper sec 4.2, as model-index results and metrics; the pretrained weights stay untouched.
+    ``updates``: ``"segment"`` (every ``segment_length`` tokens) or ``"sentence"`` (after each line's
+    ``<eos>``, the paper's per-sample updates); ``metrics["dynamic_updates"]`` records which."""
     from ..data.corpora import load_corpus
     from .dynamic import dynamic_evaluation
 
@@ -86,7 +89,7 @@ def dynamic_results_on_corpus(
         start = time.perf_counter()
         split = dynamic_evaluation(
             pretrained.model, [(s, corpus.splits[s]) for s in order], lr=lr, segment_length=segment_length,
-            context_token=pretrained.vocab.eos_id,
+            context_token=pretrained.vocab.eos_id, updates=updates, sentence_end=pretrained.vocab.eos_id,
         )["test"]
         metric, value = ("bpc", split.bpc) if char_level else ("perplexity", split.ppl)
         name = f"test {'bits per character' if char_level else 'perplexity'}, dynamic evaluation #{mode}"
@@ -94,5 +97,7 @@ def dynamic_results_on_corpus(
                         "metric_name": name})
         metrics[f"test_{'bpc' if char_level else 'ppl'}_dynamic{mode}"] = round(value, 4)
         metrics[f"dynamic{mode}_seconds"] = round(time.perf_counter() - start, 1)
-    metrics["dynamic_lr"], metrics["dynamic_segment_length"] = lr, segment_length
+    metrics["dynamic_lr"], metrics["dynamic_updates"] = lr, updates
+    if updates == "segment":
+        metrics["dynamic_segment_length"] = segment_length
     return results, metrics

@@ -203,6 +203,9 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
         metrics_table = "\n".join(lines)
     else:
         metrics_table = "No evaluation results recorded."
+    note = dynamic_evaluation_note(info.get("metrics"))
+    if note:
+        metrics_table += "\n\n" + note
     comparison = info.get("comparison")
     if isinstance(comparison, (list, tuple)):
         comparison = "\n".join(f"- {line}" for line in comparison)
@@ -255,6 +258,20 @@ The raw model is `dsf_lightning.hub.load("{repo_id}")`: a `Pretrained` with `.mo
         "citation": citation,
         "library_version": __version__,
     }
+
+
+def dynamic_evaluation_note(metrics: Any) -> str | None:
+    """The card's line on how dynamic evaluation updated (DSF sec 4.2), from ``info["metrics"]``; None
+    when there are no dynamic-evaluation numbers. Folders written before ``dynamic_updates`` existed
+    recorded only ``dynamic_segment_length``: they updated every that many tokens."""
+    if not isinstance(metrics, dict) or not any(str(k).startswith("test_") and "_dynamic" in str(k) for k in metrics):
+        return None
+    how = ("one update after every sentence (the DSF paper's per-sample updates)"
+           if metrics.get("dynamic_updates") == "sentence"
+           else f"one update every {metrics.get('dynamic_segment_length', 20)} tokens (the paper updates after "
+                "every sentence)")
+    return (f"Dynamic evaluation (DSF paper sec. 4.2, test-then-train): SGD with step size "
+            f"{metrics.get('dynamic_lr', 0.005)}, {how}.")
 
 
 def _cell(value: Any) -> str:

@@ -112,6 +112,7 @@ def export_command(args: argparse.Namespace) -> int:
         card_extra=card_extra,
         evaluate=tuple(s for s in (args.evaluate or "").split(",") if s),
         dynamic=tuple(args.dynamic or ()),
+        dynamic_updates=args.dynamic_updates,
     )
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights)")
@@ -140,7 +141,10 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
                         "and put the numbers in the card")
     parser.add_argument("--dynamic", type=int, nargs="+", choices=(1, 2), metavar="N",
                         help="with --evaluate: also report test numbers under dynamic evaluation #1 and/or #2 "
-                        "(DSF sec 4.2; SGD step 0.005 every 20 tokens, test-then-train)")
+                        "(DSF sec 4.2; SGD step 0.005, test-then-train)")
+    parser.add_argument("--dynamic-updates", choices=("segment", "sentence"), default="segment",
+                        help="with --dynamic: an SGD update every 20 tokens (segment, the default) or after each "
+                        "sentence (sentence: the DSF paper's per-sample updates); the card records which")
     parser.add_argument("--info", metavar="JSON|FILE", help="extra info (metrics, recipe, training_time, hardware, comparison)")
     parser.add_argument("--card-extra", metavar="JSON|FILE", help="model card field / metadata overrides (e.g. license)")
     parser.set_defaults(handler=export_command)

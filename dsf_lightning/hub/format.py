@@ -651,13 +651,19 @@ def export_checkpoint(
     card_extra: dict | None = None,
     evaluate: Sequence[str] = (),
     dynamic: Sequence[int] = (),
+    dynamic_updates: str = "segment",
 ) -> Path:
     """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder.
 
     ``evaluate`` (e.g. ``("valid", "test")``) scores those splits' files with the weights exactly as
     stored (rounded to ``dtype`` first) and puts the numbers in the card and ``info["metrics"]``;
-    ``dynamic`` (``(1, 2)``) adds the test numbers under dynamic evaluation #1 / #2 (DSF sec 4.2).
+    ``dynamic`` (``(1, 2)``) adds the test numbers under dynamic evaluation #1 / #2 (DSF sec 4.2), with an
+    SGD update every 20 tokens (``dynamic_updates="segment"``) or after each sentence (``"sentence"``, the
+    paper's); ``info["metrics"]["dynamic_updates"]`` and the card record which.
     """
+    if dynamic and dynamic_updates not in ("segment", "sentence"):
+        raise ValueError(f"dynamic_updates must be 'segment' (every 20 tokens) or 'sentence' (after each sentence), "
+                         f"got {dynamic_updates!r}")
     pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options, info=info)
     if evaluate:
         from ..evaluation import evaluate_on_corpus
@@ -672,7 +678,8 @@ def export_checkpoint(
             from ..evaluation.corpus_eval import dynamic_results_on_corpus
 
             more, more_metrics = dynamic_results_on_corpus(
-                pretrained, pretrained.info["corpus"], dynamic, data_root=data_root, corpus_options=corpus_options
+                pretrained, pretrained.info["corpus"], dynamic, data_root=data_root, corpus_options=corpus_options,
+                updates=dynamic_updates,
             )
             results, metrics = [*results, *more], {**metrics, **more_metrics}
         eval_results = [*(eval_results or []), *results]

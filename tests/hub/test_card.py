@@ -98,3 +98,24 @@ def test_unknown_card_extra_and_template_placeholders_are_errors(tmp_path):
     with pytest.raises(ModelCardError, match="placeholder.*'mystery'"):
         render_template("# {{ model_name }} {{ mystery }}", {"model_name": "x"})
     assert render_template("<!-- notes -->\n# {{model_name}}", {"model_name": "x"}) == "# x"
+
+
+@pytest.mark.parametrize("metrics,says", [
+    ({"test_ppl_dynamic1": 90.0, "dynamic_lr": 0.005, "dynamic_updates": "sentence"}, "after every sentence"),
+    ({"test_ppl_dynamic1": 90.0, "dynamic_lr": 0.005, "dynamic_segment_length": 20}, "every 20 tokens"),
+    ({"test_ppl_dynamic1": 90.0, "dynamic_lr": 0.005, "dynamic_updates": "segment", "dynamic_segment_length": 35},
+     "every 35 tokens"),
+])
+def test_the_card_says_how_dynamic_evaluation_updated(tmp_path, metrics, says):
+    """DSF sec 4.2 updates after each evaluated sentence; the library's default every 20 tokens: the card
+    says which one its dynamic-evaluation numbers used (older folders recorded only the segment length)."""
+    pretrained = tiny_pretrained()
+    pretrained.info = {**pretrained.info, "corpus": "ptb", "metrics": metrics}
+    text = (save_pretrained(pretrained, tmp_path / "m") / "README.md").read_text()
+    line = next(l for l in text.splitlines() if l.startswith("Dynamic evaluation"))
+    assert says in line and "0.005" in line
+
+
+def test_no_dynamic_line_without_dynamic_numbers(tmp_path):
+    text = (save_pretrained(tiny_pretrained(), tmp_path / "m") / "README.md").read_text()
+    assert "Dynamic evaluation" not in text

@@ -177,3 +177,27 @@ def test_export_evaluates_the_stored_weights_on_the_split_files(trained, tmp_pat
     assert card["test perplexity, dynamic evaluation #2"] == pytest.approx(info["metrics"]["test_ppl_dynamic2"])
     # learning while evaluating helps on this repetitive toy corpus
     assert info["metrics"]["test_ppl_dynamic2"] < info["metrics"]["test_ppl"]
+
+
+def test_export_records_per_sentence_dynamic_evaluation(trained, tmp_path):
+    """``dynamic_updates="sentence"`` (the DSF paper's per-sample updates): config.json's metrics and the
+    card say so, and the number differs from the 20-token default's."""
+    folder = export_checkpoint(trained["ckpt"], tmp_path / "sentences", corpus_name="text-folder",
+                               data_root=trained["root"], evaluate=("test",), dynamic=(1,), dynamic_updates="sentence")
+    metrics = load_pretrained(folder).info["metrics"]
+    assert metrics["dynamic_updates"] == "sentence" and "dynamic_segment_length" not in metrics
+    assert "after every sentence" in (folder / "README.md").read_text()
+    default = export_checkpoint(trained["ckpt"], tmp_path / "segments", corpus_name="text-folder",
+                                data_root=trained["root"], evaluate=("test",), dynamic=(1,))
+    other = load_pretrained(default).info["metrics"]
+    assert other["dynamic_updates"] == "segment" and other["dynamic_segment_length"] == 20
+    assert other["test_ppl_dynamic1"] != metrics["test_ppl_dynamic1"]
+    with pytest.raises(ValueError, match="dynamic_updates"):
+        export_checkpoint(trained["ckpt"], tmp_path / "bad", corpus_name="text-folder", data_root=trained["root"],
+                          evaluate=("test",), dynamic=(1,), dynamic_updates="words")
+
+
+def test_dsf_export_dynamic_updates_flag(trained, tmp_path):
+    assert _cli(["export", str(trained["ckpt"]), str(tmp_path / "out"), "--corpus", "text-folder", "--data-root",
+                 str(trained["root"]), "--evaluate", "test", "--dynamic", "1", "--dynamic-updates", "sentence"]) == 0
+    assert load_pretrained(tmp_path / "out").info["metrics"]["dynamic_updates"] == "sentence"
