@@ -71,8 +71,11 @@ class StreamWindows:
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
         start, self._start = self._start, 0  # a resumed position applies to one pass only
-        for index in range(start, len(self)):
-            yield self.window(index)
+        # windows of this pass already trained: none (set now, not at the first window), or as restored
+        # (a pass restored as finished stays finished until the next pass begins)
+        resumed = self.__dict__.pop("_resumed_trained", None)
+        self._trained = start if resumed is None else resumed
+        return (self.window(index) for index in range(start, len(self)))
 
     # Lightning calls these when a checkpoint is written / restored (its ``_Stateful`` protocol). Its
     # fetcher reads one window ahead, so the loader cannot tell from its own iteration which window was
@@ -81,10 +84,24 @@ class StreamWindows:
         """Record that window ``index`` has been trained on (a checkpoint now resumes after it)."""
         self._trained = index + 1
 
+    @property
+    def trained(self) -> int:
+        """Windows of the current pass trained so far: 0 .. ``len(self)`` (``len(self)``: the pass is done,
+        which a position modulo the pass length could not tell from "not started")."""
+        return getattr(self, "_trained", 0)
+
     def state_dict(self) -> dict[str, int]:
-        return {"start": getattr(self, "_trained", 0) % max(len(self), 1)}
+        # "start" (the next window, 0 after a finished pass) is what checkpoints have always held; "trained"
+        # and "windows" tell a finished pass from one not started (training/resume.py)
+        return {"start": self.trained % max(len(self), 1), "trained": self.trained, "windows": len(self)}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        windows = state.get("windows")
+        if windows is not None and int(windows) != len(self):
+            raise StreamLayoutError(
+                f"the checkpoint was written with {windows} windows per pass but this split has {len(self)}: "
+                "was it written with another batch size, window length or corpus?"
+            )
         start = int(state.get("start", 0))
         if not 0 <= start < max(len(self), 1):
             raise StreamLayoutError(
@@ -92,3 +109,4 @@ class StreamWindows:
                 "was it written with another batch size, window length or corpus?"
             )
         self._start = start
+        self._resumed_trained = int(state.get("trained", start))

@@ -173,6 +173,7 @@ class LanguageModelModule(L.LightningModule):
         self._restored_train_state: list[Tensor] | None = None
         self._final_state: ModelState | None = None
         self._reset_pending: set[str] = set()  # stages whose next window starts from zeros
+        self._validated_at_step: int | None = None  # global step of the last validation while fitting
 
     # -- helpers -------------------------------------------------------------------------------
     @property
@@ -301,10 +302,11 @@ class LanguageModelModule(L.LightningModule):
         self._sums.pop("test", None)
         self._carried["test"] = None
 
-    def _log_corpus_metrics(self, stage: str) -> None:
+    def _log_corpus_metrics(self, stage: str) -> Tensor | None:
+        """Log ``{stage}_loss`` / ``_ppl`` / ``_bpc`` / ``_tokens``; return the logged loss (None: no batches)."""
         sums = self._sums.pop(stage, None)
         if sums is None:
-            return
+            return None
         sums = self.trainer.strategy.reduce(sums, reduce_op="sum")  # exact over all ranks
         nll = sums[0] / sums[1]  # nats per token, float64
         self.log_dict(
@@ -317,9 +319,25 @@ class LanguageModelModule(L.LightningModule):
             prog_bar=stage == "val",
             sync_dist=False,
         )
+        return nll.float()
 
     def on_validation_epoch_end(self) -> None:
-        self._log_corpus_metrics("val")
+        val_loss = self._log_corpus_metrics("val")
+        trainer = self._trainer
+        if val_loss is None or trainer is None or trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        self._validated_at_step = trainer.global_step  # a checkpoint now says this epoch's validation has run
+        # The plateau schedule steps here, after every validation, rather than at Lightning's epoch end:
+        # Lightning skips that step at the end of an epoch resumed from a checkpoint (it has no metric
+        # there), so a resumed run would halve the learning rate at other epochs than an uninterrupted one.
+        for config in trainer.lr_scheduler_configs:
+            if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                config.scheduler.step(val_loss)
+
+    def lr_scheduler_step(self, scheduler, metric) -> None:
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            return  # stepped in on_validation_epoch_end
+        super().lr_scheduler_step(scheduler, metric)
 
     def on_test_epoch_end(self) -> None:
         self._log_corpus_metrics("test")
@@ -352,7 +370,8 @@ class LanguageModelModule(L.LightningModule):
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="min", factor=hp.get("lr_decay_factor", 0.5), patience=hp.lr_halving_patience
         )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss"}}
+        # strict=False: Lightning does not step it (lr_scheduler_step), so an epoch without validation is no error
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss", "strict": False}}
 
     # -- checkpoints: carried state of every rank ------------------------------------------------
     def _flatten_state(self, state: ModelState) -> list[Tensor]:
@@ -382,11 +401,39 @@ class LanguageModelModule(L.LightningModule):
             return
         self._carried[stage] = self.model.init_state(state[0][0].shape[0], state[0][0].device, torch.float32)
 
+    def _train_loader(self):
+        """This rank's training :class:`~dsf_lightning.data.streams.StreamWindows` (None if not known)."""
+        trainer = self._trainer
+        if trainer is None:
+            return None
+        loader = getattr(trainer.fit_loop, "_combined_loader", None)
+        loaders = getattr(loader, "flattened", None) or []
+        if not loaders and getattr(trainer, "datamodule", None) is not None and hasattr(trainer.datamodule, "train_dataloader"):
+            try:
+                loaders = [trainer.datamodule.train_dataloader()]
+            except Exception:  # a datamodule without a training split: nothing to resume in it
+                return None
+        return loaders[0] if len(loaders) == 1 and hasattr(loaders[0], "trained") else None
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        loader = self._train_loader()
+        if loader is not None and self.trainer.state.fn == "fit":
+            # where the run is (training/resume.py): Lightning's counters cannot tell a finished epoch, or
+            # one whose validation is still to run, from others
+            trained, windows = loader.trained, len(loader)
+            checkpoint["dsf_position"] = {
+                "epoch": self.current_epoch,
+                "trained": trained,
+                "windows": windows,
+                "validated": trained == windows and getattr(self, "_validated_at_step", None) == self.trainer.global_step,
+                "global_step": self.trainer.global_step,
+            }
         if "train" in getattr(self, "_reset_pending", ()):
             checkpoint["dsf_reset_train_state"] = True
         state = self._carried["train"]
         if state is None:
+            if self._restored_train_state is not None:  # resumed, no window trained since: still the state
+                checkpoint["dsf_carried_train_state"] = [t.cpu() for t in self._restored_train_state]
             return
         flat = self._flatten_state(state)
         if self.trainer.world_size > 1:  # a collective: every rank runs this hook
@@ -394,6 +441,20 @@ class LanguageModelModule(L.LightningModule):
         checkpoint["dsf_carried_train_state"] = [t.cpu() for t in flat]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        trainer = self._trainer
+        if trainer is not None and trainer.state.fn == "fit":
+            from .resume import check_hyperparameters, infer_position, normalize_fit_loop
+
+            check_hyperparameters(checkpoint.get("hyper_parameters"), dict(self.hparams))
+            position = checkpoint.get("dsf_position")
+            if position is None:  # written before positions were recorded
+                loader = self._train_loader()
+                position = infer_position(checkpoint, len(loader)) if loader is not None else None
+            if position is not None:
+                every = trainer.check_val_every_n_epoch
+                due = trainer.enable_validation and (every is None or (int(position["epoch"]) + 1) % every == 0)
+                normalize_fit_loop(checkpoint, position, validation_due=due)
+                self._validated_at_step = position["global_step"] if position.get("validated") else None
         self._restored_train_state = checkpoint.get("dsf_carried_train_state")
         if checkpoint.get("dsf_reset_train_state"):
             self._reset_pending.add("train")
