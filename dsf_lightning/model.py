@@ -11,13 +11,18 @@ output ``y^(0)`` with ``dropout_input`` and each layer output ``y^(l)`` with ``d
 variational dropout (sec 4.3, eq. 9, Gal & Ghahramani: one mask per sequence window for inputs,
 outputs and the recurrent state h with ``dropout_hidden``, never the SCRN context s). Embedding
 dropout drops whole word types. ``dropout_output_context: false`` keeps output dropout off a cell's
-context features (the SCRN paper's "- dropout of context" ablation, sec. 8: ``y_t = [s_t; h_t * xi_t]``). The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell
+context features (the SCRN paper's "- dropout of context" ablation, sec. 6.1: ``y_t = [s_t; h_t * xi_t]``). The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell
 option (``cell_options: {dropout: p}``).
 
-Weight tying (SCRN sec 4.4): the decoder reuses the embedding ``E`` for the last
-``embedding_size`` features of the top layer's output; when that output is wider (SCRN's
-``[s; h]`` with ``h`` of the embedding size) the leading features keep an untied matrix, which is
-the paper's ``softmax(s U + h E^T)``.
+Weight tying (SCRN sec 4.4): the decoder reuses the embedding ``E`` for the top layer's hidden output
+``h``, which must then have ``embedding_size`` features (a wider or narrower ``h`` would be tied only in
+part: an error); a context the cell puts before ``h`` (SCRN's ``[s; h]``) keeps an untied matrix, which
+is the paper's ``softmax(s U + h E^T)``.
+
+Initialization (``init``, default None: each cell's own): ``{"scheme": "uniform", "scale": r}`` draws
+every parameter from U[-r, r] (SCRN paper sec. 5, Tables 1 and 3: "all model weights are initialized
+uniformly over [-r, r]"); ``{"scheme": "normal", "std": sigma}`` draws every non-bias (matrix) parameter
+from N(0, sigma) and keeps the biases' own initialization (DSF paper sec. 4.2).
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class LMConfig:
     dropout_output: float = 0.0
     dropout_output_context: bool = True
     variational: bool = False
+    init: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         """Check every field's type and range; :class:`ModelConfigError` names the field at fault."""
@@ -126,6 +132,7 @@ class LMConfig:
                     raise ModelConfigError(f"{name} must be true or false, got {getattr(self, name)!r:.80}")
             for name in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output"):
                 check_probability(name, getattr(self, name), closed_top=False)
+            self.init = check_init(self.init)
         except CellOptionError as err:
             raise ModelConfigError(str(err)) from None
         if self.tie_weights and self.embedding_size == 0:
@@ -224,9 +231,12 @@ class RecurrentLM(nn.Module):
         self.layers = nn.ModuleList(layers)
         top = input_size
         if config.tie_weights:
-            if top < E:
+            hidden = top - layers[-1].output_context_size  # h: what E^T decodes (SCRN: [s; h] -> h)
+            if hidden != E:
                 raise ModelConfigError(
-                    f"tie_weights needs the top layer's output ({top}) to be at least embedding_size ({E})"
+                    f"tie_weights ties the decoder to the top layer's hidden output h, which has {hidden} features, "
+                    f"but embedding_size is {E}: only part of h would be tied. Set embedding_size to {hidden} (or "
+                    f"the last of hidden_sizes to {E}), or set tie_weights to false"
                 )
             self.untied_decoder = nn.Linear(top - E, V, bias=False) if top > E else None
             self.decoder_bias = nn.Parameter(torch.zeros(V))
@@ -235,6 +245,8 @@ class RecurrentLM(nn.Module):
             self.decoder = nn.Linear(top, V)
         if self.embedding is not None:
             nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        if config.init is not None:
+            initialize(self, config.init)
 
     # -- state -------------------------------------------------------------------------------
     def init_state(self, batch_size: int, device=None, dtype=None) -> ModelState:
@@ -263,7 +275,7 @@ class RecurrentLM(nn.Module):
 
     def _drop_output(self, layer: RecurrentCell, y: Tensor) -> Tensor:
         """Output dropout of one layer; with ``dropout_output_context`` false the cell's leading context
-        features pass untouched (SCRN paper sec. 8: ``y_t = [s_t; h_t * xi_t(p_o)]``)."""
+        features pass untouched (SCRN paper sec. 6.1: ``y_t = [s_t; h_t * xi_t(p_o)]``)."""
         context = 0 if self.config.dropout_output_context else layer.output_context_size
         if context == 0:
             return self._drop(y, self.config.dropout_output)
@@ -304,6 +316,41 @@ class RecurrentLM(nn.Module):
         """``tokens`` [B, T] -> (logits [B, T, V], state)."""
         y, state = self.features(tokens, state)
         return self.decode(y), state
+
+
+INIT_SCHEMES = {"uniform": "scale", "normal": "std"}  # scheme -> its one number
+
+
+def check_init(init: Any) -> dict[str, Any] | None:
+    """``init`` as a plain dict (``{"scheme": "uniform", "scale": r}`` or ``{"scheme": "normal", "std":
+    sigma}``) or None; raises :class:`CellOptionError` naming what is wrong."""
+    if init is None:
+        return None
+    example = "e.g. {scheme: uniform, scale: 0.3} (SCRN paper) or {scheme: normal, std: 0.01} (DSF paper)"
+    if not isinstance(init, dict):
+        raise CellOptionError(f"init must be null (each cell's own initialization) or a dict, {example}; got {init!r:.80}")
+    scheme = init.get("scheme")
+    if scheme not in INIT_SCHEMES:
+        raise CellOptionError(f"init.scheme must be one of {', '.join(map(repr, INIT_SCHEMES))}; got {scheme!r:.80}")
+    key = INIT_SCHEMES[scheme]
+    extra = sorted(set(init) - {"scheme", key}, key=str)
+    value = init.get(key)
+    if extra or isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise CellOptionError(
+            f"init with scheme {scheme!r} takes exactly one positive number, init.{key} ({example}); got {init!r:.120}"
+        )
+    return {"scheme": scheme, key: float(value)}
+
+
+@torch.no_grad()
+def initialize(model: nn.Module, init: dict[str, Any]) -> None:
+    """Re-draw ``model``'s parameters by the scheme ``init`` (see :func:`check_init`): uniform -> every
+    parameter ~ U[-scale, scale]; normal -> every parameter with two or more dimensions ~ N(0, std)."""
+    for p in model.parameters():
+        if init["scheme"] == "uniform":
+            p.uniform_(-init["scale"], init["scale"])
+        elif p.dim() >= 2:
+            p.normal_(0.0, init["std"])
 
 
 def detach_state(state: ModelState) -> ModelState:

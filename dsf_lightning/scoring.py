@@ -33,8 +33,10 @@ pairs for callers who want per-token output without holding it.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,12 +53,17 @@ __all__ = [
     "from_pretrained",
 ]
 
+logger = logging.getLogger(__name__)
+
 LN2 = math.log(2.0)
 # At most this many logits are alive at once while decoding (rows * vocabulary size): 4M floats = 16 MB.
 DECODE_ELEMENTS = 1 << 22
-# A file line longer than this is read in pieces when the model's stream has no end symbol (text8 is
-# one 100 MB line); cuts fall on a space (or, for characters, on a UTF-8 boundary), which changes no token.
-READ_LIMIT = 1 << 20
+# Documents are read in chunks of this many bytes, and a line longer than this is handed to the
+# tokenizer in parts (text8 is one 100 MB line): cuts fall right after a space (or, for character
+# models, on any UTF-8 boundary), which changes no token; memory stays bounded whatever the file holds.
+READ_LIMIT = 1 << 16
+# A tokenizer that cannot cut a line (Tokenizer.cut_at is None) gets whole lines up to this size.
+MAX_LINE_BYTES = 1 << 26
 _PROGRESS_MIN_BYTES = 1 << 20  # files smaller than this get no progress bar
 
 
@@ -175,14 +182,44 @@ def _split_text(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
-def _iter_file_lines(path: Path, *, split_long: str | None, progress: bool) -> Iterator[tuple[str, str]]:
-    """Lines of a UTF-8 file, lazily, as ``(line, where)``; bad bytes -> :class:`ScoringError` with
-    the byte offset. A last fragment after the final newline that is only whitespace is not a line
-    (as :func:`dsf_lightning.data.corpora.files.read_lines`).
+Part = tuple[str, str, bool]  # (text, where, whether it ends its line)
+_SPACE = re.compile(rb"[ \t\n]")
 
-    ``split_long`` ("space" or "char"): a line longer than :data:`READ_LIMIT` bytes may be handed
-    over in pieces cut after a space ("space") or at any UTF-8 character boundary ("char"), for
-    streams whose tokens are the same either way (no end symbol appended per line).
+
+def _utf8_cut(raw: bytes | bytearray, end: int) -> int:
+    """A UTF-8 character boundary at or before ``end``: before the last non-ASCII character that
+    ``raw[:end]`` touches (which may be cut), so never inside a multi-byte character."""
+    cut = end
+    while cut > 0 and raw[cut - 1] & 0xC0 == 0x80:  # back off continuation bytes
+        cut -= 1
+    if cut > 0 and raw[cut - 1] >= 0xC0:  # ... and the lead byte they belong to
+        cut -= 1
+    return cut
+
+
+def _part_end(buf: bytes | bytearray, cut: str | None) -> int:
+    """Where to cut the first :data:`READ_LIMIT` bytes of a line still being read: after the last space
+    or tab (``"space"``), at the last character boundary (``"char"``); 0 when there is no such place."""
+    if cut == "space":
+        return max(buf.rfind(b" ", 0, READ_LIMIT), buf.rfind(b"\t", 0, READ_LIMIT)) + 1
+    if cut == "char":
+        end = _utf8_cut(buf, READ_LIMIT)
+        return end - 1 if end > 1 and buf[end - 1] == 0x0D else end  # keep "\r\n" together
+    return 0
+
+
+def _iter_file_lines(path: Path, *, cut: str | None, progress: bool) -> Iterator[Part]:
+    """A UTF-8 file as ``(text, where, last)`` parts, lazily, in memory bounded by :data:`READ_LIMIT`
+    whatever the file holds (issue 13 item 7: a document without newlines is not held whole).
+
+    A line longer than :data:`READ_LIMIT` bytes is handed over in parts cut as the tokenizer allows
+    (``cut``, :attr:`Tokenizer.cut_at`); ``last`` marks a line's final part. A word longer than
+    :data:`READ_LIMIT` bytes (``cut="space"``) is scored as its first :data:`READ_LIMIT` bytes, with a
+    warning: for a word-level model it is an unknown word either way. A tokenizer that cannot cut
+    (``cut=None``) gets whole lines up to :data:`MAX_LINE_BYTES`. NUL bytes are binary data, not text:
+    :class:`ScoringError` (so ``/dev/zero`` is refused at its first byte); bad UTF-8 too, with the byte
+    offset. A last fragment after the final newline that is only whitespace is not a line (as
+    :func:`dsf_lightning.data.corpora.files.read_lines`).
     """
     try:
         f = open(path, "rb")
@@ -192,49 +229,72 @@ def _iter_file_lines(path: Path, *, split_long: str | None, progress: bool) -> I
         raise ScoringError(f"{path} is a directory, not a text file") from None
     except OSError as err:
         raise ScoringError(f"cannot read {path}: {err.strerror or err}") from None
-    bar = None
-    if progress:
-        bar = _progress_bar(path)
+    bar = _progress_bar(path) if progress else None
+    buf = bytearray()  # the unread rest of the current line (no newline in it)
+    pos = 0  # byte offset of buf[0] in the file
+    lineno = 1
+    started = False  # parts of the current line were handed over already
+    skipping = False  # dropping the rest of an overlong word
+    first = True
     with f:
-        offset = 0  # byte offset of the start of `pending`
-        lineno = 1
-        pending = b""
-        first = True
         while True:
-            chunk = f.readline(READ_LIMIT)
+            chunk = f.read(READ_LIMIT)
             if bar is not None and chunk:
                 bar.update(len(chunk))
             if first:
                 first = False
                 if chunk.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
                     chunk = chunk[3:]
-                    offset = 3
-            pending += chunk
-            if chunk.endswith(b"\n"):
-                raw = pending[:-1]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                yield _decode(raw, path, offset, lineno), f"{path} line {lineno}"
-                offset += len(pending)
-                lineno += 1
-                pending = b""
-                continue
+                    pos = 3
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                at_line = lineno + chunk.count(b"\n", 0, nul)
+                raise ScoringError(
+                    f"{path}: NUL byte at byte offset {pos + len(buf) + nul} (line {at_line}): "
+                    "this is binary data, not text; give a UTF-8 text file"
+                )
             if not chunk:  # end of file
-                if pending.strip():
-                    yield _decode(pending, path, offset, lineno), f"{path} line {lineno}"
+                if started or buf.strip():
+                    yield _decode(buf, path, pos, lineno), f"{path} line {lineno}", True
                 break
-            if split_long and len(pending) >= READ_LIMIT:  # a long line without end symbols: hand over a piece
-                cut = pending.rfind(b" ") + 1
-                if cut <= 0 and split_long == "char":
-                    cut = len(pending)
-                    while cut > 0 and pending[cut - 1] & 0xC0 == 0x80:  # back off continuation bytes
-                        cut -= 1
-                    if cut > 0 and pending[cut - 1] >= 0xC0:  # ... and the lead byte they belong to
-                        cut -= 1
-                if cut > 0:
-                    yield _decode(pending[:cut], path, offset, lineno), f"{path} line {lineno}"
-                    offset += cut
-                    pending = pending[cut:]
+            if skipping:  # buf is empty: drop the overlong word's bytes up to the next space or newline
+                end = _SPACE.search(chunk)
+                skip = end.start() if end else len(chunk)
+                pos += skip
+                chunk = chunk[skip:]
+                skipping = end is None
+            buf += chunk
+            start = 0
+            while (nl := buf.find(b"\n", start)) >= 0:
+                end = nl - 1 if nl > start and buf[nl - 1] == 0x0D else nl
+                yield _decode(buf[start:end], path, pos + start, lineno), f"{path} line {lineno}", True
+                start = nl + 1
+                lineno += 1
+                started = False
+            del buf[:start]
+            pos += start
+            while len(buf) >= READ_LIMIT:
+                end = _part_end(buf, cut)
+                if end > 0:
+                    yield _decode(buf[:end], path, pos, lineno), f"{path} line {lineno}", False
+                elif cut == "space":  # one word fills the buffer: keep its head, drop the rest
+                    end = _utf8_cut(buf, READ_LIMIT)
+                    logger.warning(
+                        "%s line %d: a word longer than %s bytes at byte offset %d is scored as its first %s bytes "
+                        "(an unknown word for a word-level model)", path, lineno, f"{READ_LIMIT:,}", pos, f"{end:,}",
+                    )
+                    yield _decode(buf[:end], path, pos, lineno), f"{path} line {lineno}", False
+                    end, skipping = len(buf), True
+                elif len(buf) > MAX_LINE_BYTES:
+                    raise ScoringError(
+                        f"{path} line {lineno} is longer than {MAX_LINE_BYTES:,} bytes and this model's tokenizer "
+                        "cannot read a line in parts; split the document into lines"
+                    )
+                else:
+                    break
+                started = True
+                del buf[:end]
+                pos += end
     if bar is not None:
         bar.close()
 
@@ -264,12 +324,32 @@ def _progress_bar(path: Path):
     return tqdm(total=size, unit="B", unit_scale=True, desc=f"scoring {path.name}", file=sys.stderr, leave=False)
 
 
-def _iter_given_lines(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+def _str_parts(line: str, cut: str | None) -> Iterator[tuple[str, bool]]:
+    """A line already in memory as ``(part, last)``: parts of about :data:`READ_LIMIT` characters cut as
+    :func:`_part_end` cuts bytes (a longer word stays whole: it is in memory anyway), so that the
+    tokens in flight stay bounded and each window costs the same."""
+    i = 0
+    while cut is not None and len(line) - i > READ_LIMIT:
+        j = i + READ_LIMIT
+        k = j if cut == "char" else max(line.rfind(" ", i, j), line.rfind("\t", i, j)) + 1
+        if k <= i:  # a word longer than the limit: up to its end
+            m = re.compile(r"[ \t]").search(line, j)
+            k = m.end() if m else len(line)
+        yield line[i:k], k >= len(line)
+        if k >= len(line):
+            return
+        i = k
+    yield line[i:], True
+
+
+def _iter_given_lines(lines: Iterable[str], cut: str | None = None) -> Iterator[Part]:
     for i, item in enumerate(lines):
         if not isinstance(item, str):
             raise ScoringError(f"document line {i} is a {type(item).__name__}, not a str")
         for j, line in enumerate(_split_text(item)):
-            yield line, f"line {i + 1}" if j == 0 else f"line {i + 1} (part {j + 1})"
+            where = f"line {i + 1}" if j == 0 else f"line {i + 1} (part {j + 1})"
+            for part, last in _str_parts(line, cut):
+                yield part, where, last
 
 
 # ------------------------------------------------------------------------------------------- scorer
@@ -346,7 +426,15 @@ class Scorer:
     # -- encoding --------------------------------------------------------------------------------
     def _encode_line(self, line: str, where: str) -> tuple[list[int], list[int], list[str]]:
         """``(ids, oov_positions, oov_words)`` of one line (the end symbol included)."""
-        tokens = self.tokenizer.tokenize_line(line)
+        return self._encode_tokens(self.tokenizer.tokenize_line(line), where)
+
+    def _encode_part(self, text: str, where: str, continued: bool, last: bool) -> tuple[list[int], list[int], list[str]]:
+        """:meth:`_encode_line` for one part of a line (see :meth:`Tokenizer.tokenize_part`)."""
+        if last and not continued:
+            return self._encode_line(text, where)
+        return self._encode_tokens(self.tokenizer.tokenize_part(text, continued=continued, last=last), where)
+
+    def _encode_tokens(self, tokens: list[str], where: str) -> tuple[list[int], list[int], list[str]]:
         stoi = self._stoi
         try:
             return [stoi[t] for t in tokens], [], []
@@ -366,7 +454,7 @@ class Scorer:
         return ids, positions, words
 
     def _closed_message(self, bad: str, where: str) -> str:
-        code = f" (U+{ord(bad):04X})" if len(bad) == 1 else ""
+        code = f" (U+{ord(bad):04X})" if len(bad) == 1 else f" ({len(bad):,} characters)" if len(bad) > 80 else ""
         shown = self._symbols if len(self._symbols) <= 120 else self._symbols[:100]
         listing = " ".join(repr(s) for s in shown)
         more = f" ... and {len(self._symbols) - len(shown)} more" if len(shown) < len(self._symbols) else ""
@@ -378,7 +466,7 @@ class Scorer:
                 f"between words, e.g. 'a {space} c a t'"
             )
         return (
-            f"symbol {bad!r}{code} in {where} is not in the model's closed vocabulary (it has no unknown "
+            f"symbol {bad!r:.80}{code} in {where} is not in the model's closed vocabulary (it has no unknown "
             f"symbol); the vocabulary's {len(self._symbols)} symbols are: {listing}{more}{hint}"
         )
 
@@ -451,16 +539,21 @@ class Scorer:
         y = torch.tensor(targets, dtype=torch.long, device=self.device)
         return self._target_logprobs(feats[0], y).to("cpu", torch.float64), state
 
-    def _iter_windows(self, lines: Iterable[tuple[str, str]], window: int) -> Iterator[tuple[list[int], Tensor, int]]:
-        """Stream lines ``(line, where)`` as one sequence with carried state, ``window`` targets per
-        forward pass; yields ``(target ids, float64 logprobs, number of OOV targets)`` per window.
-        Holds at most a window plus one line of tokens."""
+    def _iter_windows(self, parts: Iterable[Part], window: int) -> Iterator[tuple[list[int], Tensor, int]]:
+        """Stream parts of lines ``(text, where, last)`` as one sequence with carried state, ``window``
+        targets per forward pass; yields ``(target ids, float64 logprobs, number of OOV targets)`` per
+        window. Holds at most a window plus one part of tokens, and each window costs the same whatever
+        the length of the line it comes from (the buffer is consumed by index, compacted once per part)."""
         state = None
         prev = self.eos_id  # the context before the first token; None: the first token is context
         buf: list[int] = []
-        oov_at: list[int] = []  # positions in buf mapped to the unknown symbol
-        for line, where in lines:
-            ids, positions, _ = self._encode_line(line, where)
+        start = 0  # buf[:start] has been scored
+        oov_at: list[int] = []  # positions in buf mapped to the unknown symbol (increasing)
+        next_oov = 0  # oov_at[:next_oov] have been counted
+        continued = False  # earlier parts of the current line gave symbols
+        for text, where, last in parts:
+            ids, positions, _ = self._encode_part(text, where, continued, last)
+            continued = not last and (continued or bool(ids))
             if prev is None:
                 if not ids:
                     continue
@@ -470,14 +563,21 @@ class Scorer:
             base = len(buf)
             buf.extend(ids)
             oov_at.extend(base + p for p in positions)
-            while len(buf) >= window:
-                targets = buf[:window]
-                n_oov = sum(1 for p in oov_at if p < window)
+            while len(buf) - start >= window:
+                end = start + window
+                targets = buf[start:end]
+                n_oov = 0
+                while next_oov < len(oov_at) and oov_at[next_oov] < end:
+                    n_oov += 1
+                    next_oov += 1
                 lp, state = self._score_window([prev, *targets[:-1]], targets, state)
                 yield targets, lp, n_oov
                 prev = targets[-1]
-                del buf[:window]
-                oov_at = [p - window for p in oov_at if p >= window]
+                start = end
+            if start:
+                del buf[:start]
+                oov_at = [p - start for p in oov_at[next_oov:]]
+                start = next_oov = 0
         if buf:
             lp, state = self._score_window([prev, *buf[:-1]], buf, state)
             yield buf, lp, len(oov_at)
@@ -549,7 +649,7 @@ class Scorer:
         def lines():
             for i, t in enumerate(texts):
                 for j, line in enumerate(_split_text(t)):
-                    yield line, f"text {i}" if j == 0 else f"text {i} line {j + 1}"
+                    yield line, f"text {i}" if j == 0 else f"text {i} line {j + 1}", True
 
         flat: list[float] = []
         for _, lp, _ in self._iter_windows(lines(), self.window):
@@ -564,13 +664,12 @@ class Scorer:
             raise ScoringError("the texts hold one token: this model has no end symbol, so nothing is left to score")
         return results
 
-    def _document_lines(self, lines_or_path, progress: bool) -> tuple[Iterator[tuple[str, str]], str]:
+    def _document_lines(self, lines_or_path, progress: bool) -> tuple[Iterator[Part], str]:
+        cut = getattr(self.tokenizer, "cut_at", None)
+        if cut not in ("space", "char"):
+            cut = None
         if isinstance(lines_or_path, (str, os.PathLike)):
             path = Path(lines_or_path)
-            split_long = None
-            if getattr(self.tokenizer, "eos", None) is None and getattr(self.tokenizer, "boundary", None) is None:
-                plain_chars = self.char_level and getattr(self.tokenizer, "mode", "plain") == "plain"
-                split_long = "char" if plain_chars else "space"
             try:
                 exists = path.exists()
             except (OSError, ValueError):  # e.g. a text passed by mistake: too long, or a NUL character
@@ -580,7 +679,7 @@ class Scorer:
                     f"no such file: {lines_or_path[:60]!r}; score_document takes a path or a list of lines "
                     "(use score() for a text)"
                 )
-            return _iter_file_lines(path, split_long=split_long, progress=progress), str(path)
+            return _iter_file_lines(path, cut=cut, progress=progress), str(path)
         if isinstance(lines_or_path, bytes):
             raise ScoringError("score_document takes a path or an iterable of str lines, not bytes")
         try:
@@ -589,7 +688,7 @@ class Scorer:
             raise ScoringError(
                 f"score_document takes a path or an iterable of lines, got {type(lines_or_path).__name__}"
             ) from None
-        return _iter_given_lines(it), "<lines>"
+        return _iter_given_lines(it, cut), "<lines>"
 
     def _check_window(self, window: int | None) -> int:
         window = self.window if window is None else window

@@ -1,4 +1,4 @@
-"""The SCRN paper's "- dropout of context" ablation (sec. 8): output dropout on h alone, y = [s; h * xi]."""
+"""The SCRN paper's "- dropout of context" ablation (sec. 6.1): output dropout on h alone, y = [s; h * xi]."""
 
 import pytest
 import torch

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from dsf_lightning.cli import is_task_recipe, lightning_cli
@@ -217,3 +218,24 @@ def test_imdb_subword_recipes_have_the_papers_table2_parameter_counts(name):
     n = count_parameters(RecurrentLM(config))
     paper, tolerance = DSF_TABLE2_IMDB_PARAMS[name]
     assert abs(n - paper) <= tolerance * paper, f"{name}: {n:,} parameters, the paper's row has {paper:,}"
+
+
+SCRN_TABLE_RECIPES = sorted(p for folder in ("ptb", "wikitext2", "wmt_small")
+                            for p in (ROOT / "recipes" / folder).glob("scrn_*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", SCRN_TABLE_RECIPES, ids=_ids(SCRN_TABLE_RECIPES))
+def test_scrn_table_recipes_use_the_papers_uniform_initialization(recipe):
+    """SCRN paper Tables 1 and 3: every weight U[-r, r], r = 0.3 (0.2 for d_h = 300, d_s = 40)."""
+    model = yaml.safe_load(recipe.read_text())["model"]
+    r = 0.2 if recipe.name == "scrn_h300_s40.yaml" else 0.3
+    assert model["init"] == {"scheme": "uniform", "scale": r}
+
+
+def test_an_scrn_recipe_builds_its_model_with_the_papers_initialization(tiny_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = lightning_cli(["--config", str(ROOT / "recipes" / "ptb" / "scrn_h300_s40.yaml"), "--data.corpus", "text-folder",
+                         "--data.data_root", str(tiny_folder), "--data.corpus_options", "{}"], run=False)
+    assert cli.model.hparams.init == {"scheme": "uniform", "scale": 0.2}
+    values = torch.cat([p.detach().flatten() for p in cli.model.model.parameters()])
+    assert values.abs().max() <= 0.2 and values.abs().max() > 0.19

@@ -101,7 +101,7 @@ class RecurrentCell(nn.Module, abc.ABC):
         self.state_sizes: tuple[int, ...] = (hidden_size,)
         self.output_size: int = hidden_size
         #: how many leading output features are a slow context state rather than the hidden state (SCRN's
-        #: ``y_t = [s_t; h_t]``, eq. 7): the LM's output dropout can leave them alone (SCRN paper sec. 8)
+        #: ``y_t = [s_t; h_t]``, eq. 7): the LM's output dropout can leave them alone (SCRN paper sec. 6.1)
         self.output_context_size: int = 0
 
     # -- the two halves of a step -------------------------------------------------------------

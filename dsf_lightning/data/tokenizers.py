@@ -148,6 +148,11 @@ class Tokenizer(abc.ABC):
 
     name: ClassVar[str] = ""
     needs_fit: ClassVar[bool] = False
+    #: Where a long line may be cut so that its parts, tokenized with :meth:`tokenize_part`, give the
+    #: symbols of the whole line: ``"space"`` (right after a space or tab: words stay whole), ``"char"``
+    #: (between any two characters) or ``None`` (nowhere: the line must be tokenized whole). Streaming
+    #: readers (``Scorer.score_document``) hand a line without newlines over in bounded parts.
+    cut_at: ClassVar[str | None] = None
 
     def __init__(self, *, eos: str | None = "<eos>"):
         self.eos = _check_eos(eos)
@@ -155,6 +160,17 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def tokenize_line(self, line: str) -> list[str]:
         """The symbols of one line of text, the end-of-line symbol last (when the tokenizer has one)."""
+
+    def tokenize_part(self, part: str, *, continued: bool, last: bool) -> list[str]:
+        """The symbols of one part of a line cut where :attr:`cut_at` allows: the end symbol only when
+        ``last``. ``continued``: earlier parts of the same line gave symbols (a tokenizer that marks word
+        boundaries needs it). Concatenated over the parts, the symbols equal :meth:`tokenize_line`'s."""
+        if self.cut_at is None and (continued or not last):
+            raise TokenizerError(f"the {self.name!r} tokenizer cannot tokenize a line in parts (cut_at is None)")
+        tokens = self.tokenize_line(part)
+        if self.eos is not None and not last:
+            tokens.pop()
+        return tokens
 
     def fit(self, lines: Iterable[str]) -> "Tokenizer":
         """Learn state from training lines (no-op for stateless tokenizers)."""
@@ -201,6 +217,8 @@ class Tokenizer(abc.ABC):
 class WordTokenizer(Tokenizer):
     """Whitespace-separated words, then ``eos``; a blank line gives ``[eos]`` (as WikiText loaders)."""
 
+    cut_at = "space"
+
     def __init__(self, *, eos: str | None = "<eos>", lowercase: bool = False):
         super().__init__(eos=eos)
         self.lowercase = _check_bool("lowercase", lowercase)
@@ -233,6 +251,10 @@ class CharTokenizer(Tokenizer):
 
     def options(self) -> dict:
         return {"eos": self.eos, "mode": self.mode, "space": self.space}
+
+    @property
+    def cut_at(self) -> str:  # type: ignore[override]
+        return "char" if self.mode == "plain" else "space"  # PTB-char symbols are space-separated
 
     def tokenize_line(self, line: str) -> list[str]:
         if self.mode == "ptb":
@@ -329,6 +351,7 @@ class SubwordTokenizer(Tokenizer):
     """
 
     needs_fit: ClassVar[bool] = True
+    cut_at = "space"
 
     def __init__(
         self,
@@ -445,5 +468,11 @@ class SubwordTokenizer(Tokenizer):
         except KeyError:
             parts = [self.tokenize_word(w) for w in words]
         if self.boundary is not None:
-            parts = [p for i, part in enumerate(parts) for p in ([self.boundary] if i else []) + [part]]
+            parts = [p for i, part in enumerate(parts) for p in ([[self.boundary]] if i else []) + [part]]
         return self._end(list(chain.from_iterable(parts)))
+
+    def tokenize_part(self, part: str, *, continued: bool, last: bool) -> list[str]:
+        tokens = super().tokenize_part(part, continued=continued, last=last)
+        if self.boundary is not None and continued and tokens and tokens[0] != self.eos:
+            tokens.insert(0, self.boundary)  # the boundary between the previous part's last word and this one's first
+        return tokens

@@ -37,6 +37,8 @@ class LanguageModelModule(L.LightningModule):
 
     Args:
         vocab_size: linked from the DataModule by the CLI.
+        init: the initialization scheme, ``{scheme: uniform, scale: r}`` (SCRN paper) or ``{scheme: normal,
+            std: sigma}`` (DSF paper); None (default): each cell's own (:class:`~dsf_lightning.model.LMConfig`).
         cell, hidden_sizes, cell_options, embedding_size, tie_weights, dropout_*, variational: the
             model (see :class:`~dsf_lightning.model.LMConfig`).
         optimizer: ``"adam"`` (the DSF paper's choice) or ``"sgd"`` (the SCRN / awd-lstm baselines).
@@ -89,6 +91,7 @@ class LanguageModelModule(L.LightningModule):
         dropout_output: float = 0.0,
         dropout_output_context: bool = True,
         variational: bool = False,
+        init: dict[str, Any] | None = None,
         optimizer: Literal["adam", "sgd"] = "adam",
         lr: float = 1e-3,
         momentum: float = 0.0,
@@ -155,6 +158,7 @@ class LanguageModelModule(L.LightningModule):
             dropout_output=dropout_output,
             dropout_output_context=dropout_output_context,
             variational=variational,
+            init=init,
         )
         self.model = RecurrentLM(self.config)
         self.budget_hidden_sizes = budget_sizes

@@ -110,6 +110,32 @@ def test_subword_boundary_symbol_between_words():
     assert "_" in tok.symbols()
 
 
+def test_a_boundary_symbol_of_several_characters_stays_one_symbol():
+    tok = SubwordTokenizer(min_count=1, boundary="<w>").fit(["the banknote"])
+    assert tok.tokenize_line("the banknote") == ["the", "<w>", "ban", "kn", "ote", "<eos>"]
+
+
+@pytest.mark.parametrize("tok", [
+    WordTokenizer(), WordTokenizer(eos=None, lowercase=True), CharTokenizer(mode="plain"), CharTokenizer(mode="ptb"),
+    SubwordTokenizer(min_count=1).fit(["the banknote is here"]),
+    SubwordTokenizer(min_count=1, boundary="<w>").fit(["the banknote is here"]),
+], ids=repr)
+def test_a_line_tokenized_in_parts_gives_the_line_s_symbols(tok):
+    """tokenize_part over parts cut where cut_at allows == tokenize_line (what streaming scoring relies on)."""
+    line = "  the Banknote  is\there  naïve "
+    cuts = [i + 1 for i, c in enumerate(line) if c in " \t"] if tok.cut_at == "space" else list(range(1, len(line)))
+    for step in (1, 2, 3):
+        bounds = [0, *cuts[::step], len(line)]
+        parts = [line[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+        got, continued = [], False
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            symbols = tok.tokenize_part(part, continued=continued, last=last)
+            got += symbols
+            continued = not last and (continued or bool(symbols))
+        assert got == tok.tokenize_line(line)
+
+
 def test_unfitted_subword_tokenizer_segments_without_cut_off():
     tok = SubwordTokenizer()
     assert not tok.fitted
