@@ -9,7 +9,9 @@ Dropout follows the SCRN paper (``papers/scrn_reproducing_and_regularizing.md``)
 (sec 4.2, Zaremba et al.: fresh masks per time step on the non-recurrent connections — the embedding
 output ``y^(0)`` with ``dropout_input`` and each layer output ``y^(l)`` with ``dropout_output``) or
 variational dropout (sec 4.3, eq. 9, Gal & Ghahramani: one mask per sequence window for inputs,
-outputs and the recurrent state h with ``dropout_hidden``, never the SCRN context s). Embedding
+outputs and the recurrent state h with ``dropout_hidden``, which drops h only where the recurrent
+weight matrices read it, never the state a cell carries forward nor the SCRN context s; the IRLM,
+with no recurrent matrix, refuses it). Embedding
 dropout drops whole word types. ``dropout_output_context: false`` keeps output dropout off a cell's
 context features (the SCRN paper's "- dropout of context" ablation, sec. 6.1: ``y_t = [s_t; h_t * xi_t]``). The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell
 option (``cell_options: {dropout: p}``).
@@ -228,6 +230,13 @@ class RecurrentLM(nn.Module):
                 ) from None
             layers.append(layer)
             input_size = layer.output_size
+        if config.dropout_hidden > 0 and not layers[0].recurrent_dropout:
+            raise ModelConfigError(
+                f"dropout_hidden (variational dropout of h where the recurrent weight matrices read it, Gal & "
+                f"Ghahramani / SCRN eq. 9) is not defined for cell {config.cell!r}: it has no recurrent weight "
+                f"matrix. Use dropout_output / dropout_input, or a cell it is accepted by: "
+                f"{', '.join(recurrent_dropout_cells())}"
+            )
         self.layers = nn.ModuleList(layers)
         top = input_size
         if config.tie_weights:
@@ -316,6 +325,13 @@ class RecurrentLM(nn.Module):
         """``tokens`` [B, T] -> (logits [B, T, V], state)."""
         y, state = self.features(tokens, state)
         return self.decode(y), state
+
+
+def recurrent_dropout_cells() -> list[str]:
+    """The registered cells that take ``dropout_hidden`` (those with recurrent weight matrices)."""
+    from .cells import get_cell, list_cells
+
+    return [name for name in list_cells() if get_cell(name).recurrent_dropout]
 
 
 INIT_SCHEMES = {"uniform": "scale", "normal": "std"}  # scheme -> its one number

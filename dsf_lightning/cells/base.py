@@ -10,11 +10,21 @@ so that the whole-sequence path can hoist the input matrix multiplies out of the
 
 ``step`` and ``forward`` are built from these two and must agree (the central test of the suite:
 step loop == sequence == chunks with carried state).
+
+Variational (recurrent) dropout (Gal & Ghahramani 2016; SCRN paper eq. 9,
+``papers/scrn_reproducing_and_regularizing.md``) reaches a cell as ``state_masks`` (one tensor or None
+per state tensor, the same mask at every step). A mask multiplies its state only where the step's
+recurrent weight matrices read it (``V h_{t-1}``, ``R h_{t-1}``, ``V_h (q_t * h_{t-1})``, ...), never
+where the state is carried forward (the Delta-RNN's ``r * h_{t-1}``, the GRU's ``(1 - r) h_{t-1}``, the
+RAN's ``f * c_{t-1}``): masking the carried path too multiplies the state by up to ``r / (1 - p) > 1``
+every step. Each cell applies its masks in ``recur`` (and its fast paths) itself; only the state at
+``recurrent_state_index`` may carry one (:meth:`RecurrentCell.recurrent_mask`).
 """
 
 from __future__ import annotations
 
 import abc
+import inspect
 import math
 from typing import ClassVar
 
@@ -25,10 +35,23 @@ State = tuple[Tensor, ...]
 MaybeMasks = "tuple[Tensor | None, ...] | None"
 
 
-def _masked(state: State, masks: "tuple[Tensor | None, ...] | None") -> State:
-    if masks is None:
-        return state
-    return tuple(s if m is None else s * m for s, m in zip(state, masks))
+def _graph_reaches(root: Tensor, target: Tensor) -> bool:
+    """Whether ``target`` is ``root`` or one of the nodes autograd's graph of ``root`` goes through."""
+    if root is target:
+        return True
+    goal, start = target.grad_fn, root.grad_fn
+    if goal is None or start is None:
+        return False
+    seen, stack = set(), [start]
+    while stack:
+        fn = stack.pop()
+        if fn is goal:
+            return True
+        if fn in seen:
+            continue
+        seen.add(fn)
+        stack.extend(f for f, _ in fn.next_functions if f is not None)
+    return False
 
 
 class CellOptionError(ValueError):
@@ -93,6 +116,9 @@ class RecurrentCell(nn.Module, abc.ABC):
     #: which state tensor is the recurrent hidden state h that variational dropout masks (SCRN eq. 9
     #: masks h, never the context s); None when no state should be masked
     recurrent_state_index: ClassVar[int | None] = 0
+    #: whether recurrent weight matrices read that state, so that variational dropout has somewhere to
+    #: act (False for the IRLM, whose only recurrence is diagonal and carried)
+    recurrent_dropout: ClassVar[bool] = True
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
@@ -110,8 +136,51 @@ class RecurrentCell(nn.Module, abc.ABC):
         """All input-to-hidden products of ``x`` ``[..., input_size]`` -> ``[..., projected]``."""
 
     @abc.abstractmethod
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
-        """One step from the projected input ``[B, projected]`` and state -> (output, new state)."""
+    def recur(
+        self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """One step from the projected input ``[B, projected]`` and state -> (output, new state).
+
+        ``state_masks``: variational dropout masks, applied where the recurrent weights read the state
+        (module docstring; :meth:`recurrent_mask` checks them)."""
+
+    def recurrent_mask(self, state_masks: MaybeMasks) -> Tensor | None:
+        """The one variational dropout mask of ``state_masks`` (None if none), for the operand of the
+        recurrent weight matrices; a mask on any other state tensor is a :class:`ValueError`."""
+        if state_masks is None:
+            return None
+        k = self.recurrent_state_index if self.recurrent_dropout else None
+        for i, m in enumerate(state_masks):
+            if m is not None and i != k:
+                where = (
+                    f"only state {k} enters its recurrent weight matrices" if k is not None
+                    else "its recurrence has no recurrent weight matrix"
+                )
+                raise ValueError(
+                    f"{self.cell_name or type(self).__name__}: a variational dropout mask on state {i} has nowhere "
+                    f"to act: {where} (Gal & Ghahramani; SCRN eq. 9 drop h only where the recurrent weights read "
+                    "it, never the state carried forward)"
+                )
+        return None if k is None or k >= len(state_masks) else state_masks[k]
+
+    def output_reads_state(self, index: int) -> bool:
+        """Whether a step's output reads its new state tensor ``index`` (so the last output carries
+        ``dL/dh_T`` to the final state, what iterative inference, DSF sec. 2.5, steps along). Probed
+        once on the reference step :meth:`recur` in evaluation mode and cached."""
+        cache = self.__dict__.get("_output_reads")
+        if cache is None:
+            ref = next(self.parameters(), None)
+            kw = {"dtype": ref.dtype, "device": ref.device} if ref is not None else {}
+            state = tuple(torch.full((2, n), 0.1, **kw).requires_grad_() for n in self.state_sizes)
+            was_training = self.training
+            self.eval()
+            try:
+                with torch.enable_grad():
+                    out, new = self.recur(self.project_inputs(torch.zeros(2, self.input_size, **kw)), state)
+            finally:
+                self.train(was_training)
+            cache = self.__dict__["_output_reads"] = tuple(_graph_reaches(out, s) for s in new)
+        return cache[index]
 
     # -- the public contract ------------------------------------------------------------------
     def init_state(
@@ -128,14 +197,14 @@ class RecurrentCell(nn.Module, abc.ABC):
     ) -> tuple[Tensor, State]:
         """One time step: ``x_t`` ``[B, input_size]`` -> (output ``[B, output_size]``, state).
 
-        ``state_masks`` (one tensor or None per state tensor) multiply the state as this step reads
-        it: variational dropout on the recurrent connections (SCRN paper eq. 9, Gal & Ghahramani).
-        The state returned is never masked, so carried state stays clean.
+        ``state_masks`` (one tensor or None per state tensor): variational dropout on the recurrent
+        connections (SCRN paper eq. 9, Gal & Ghahramani), applied only where the recurrent weight
+        matrices read the state (module docstring). The state returned is never masked.
         """
         self._check_input(x_t, 2)
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
-        return self.recur(self.project_inputs(x_t), _masked(state, state_masks))
+        return self._recur(self.project_inputs(x_t), state, state_masks)
 
     def forward(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
@@ -160,9 +229,22 @@ class RecurrentCell(nn.Module, abc.ABC):
         # unbind, not projected[:, t]: each slice's backward would add a full [B, T, P] zero gradient,
         # making the backward pass quadratic in T
         for projected_t in projected.unbind(1):
-            out_t, state = self.recur(projected_t, _masked(state, state_masks))
+            out_t, state = self._recur(projected_t, state, state_masks)
             outputs.append(out_t)
         return torch.stack(outputs, dim=1), state  # [B, T, output_size]
+
+    def _recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks) -> tuple[Tensor, State]:
+        """``recur`` with masks only when there are any, so a cell written as ``recur(projected_t, state)``
+        keeps working without variational dropout (and says what it lacks with it)."""
+        if state_masks is None or all(m is None for m in state_masks):
+            return self.recur(projected_t, state)
+        if "state_masks" not in inspect.signature(self.recur).parameters:
+            raise ValueError(
+                f"{self.cell_name or type(self).__name__}.recur(projected_t, state) takes no state_masks, so it "
+                "cannot apply variational dropout (dropout_hidden): give it a state_masks=None argument and "
+                "multiply by self.recurrent_mask(state_masks) where its recurrent weight matrices read the state"
+            )
+        return self.recur(projected_t, state, state_masks)
 
     def _check_input(self, x: Tensor, ndim: int) -> None:
         if x.dim() != ndim or x.shape[-1] != self.input_size:

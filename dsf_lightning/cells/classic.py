@@ -54,12 +54,13 @@ from __future__ import annotations
 import abc
 import math
 from functools import partial
+from itertools import repeat
 
 import torch
 from torch import Tensor, nn
 
 from ..ops.fast_linear import SequenceLinear, fast_linear
-from .base import CellOptionError, MaybeMasks, RecurrentCell, State, _masked
+from .base import CellOptionError, MaybeMasks, RecurrentCell, State
 from .base import activation as _activation  # the option of the same name would shadow it
 from .registry import register_cell
 
@@ -111,12 +112,27 @@ class SequenceLoopCell(RecurrentCell):
     def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         """One step, as :meth:`recur`, with ``products[i](x) = x W_i^T`` for ``W_i = recurrent_weights()[i]``."""
 
-    def step_products(self) -> tuple:
-        """The products of a single step (outside a whole-sequence forward)."""
-        return tuple(partial(fast_linear, weight=w) for w in self.recurrent_weights())
+    def dropout_reads(self) -> tuple[bool, ...]:
+        """For each of :meth:`recurrent_weights`, whether its product reads the state that variational
+        dropout masks (``recurrent_state_index``): those products get the mask on their operand
+        (Gal & Ghahramani). All of them by default."""
+        return (True,) * len(self.recurrent_weights())
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
-        return self.recur_with(projected_t, state, self.step_products())
+    def _product_masks(self, mask: Tensor | None):
+        if mask is None:
+            return repeat(None)
+        return tuple(mask if reads else None for reads in self.dropout_reads())
+
+    def step_products(self, mask: Tensor | None = None) -> tuple:
+        """The products of a single step (outside a whole-sequence forward); ``mask``: the variational
+        dropout mask on the operand of the products that read the dropped state."""
+        return tuple(
+            partial(fast_linear, weight=w) if m is None else (lambda x, w=w, m=m: fast_linear(x * m, w))
+            for w, m in zip(self.recurrent_weights(), self._product_masks(mask))
+        )
+
+    def recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None) -> tuple[Tensor, State]:
+        return self.recur_with(projected_t, state, self.step_products(self.recurrent_mask(state_masks)))
 
     def sequence_loop_supported(self) -> bool:
         """Whether :meth:`forward` may run the loop with sequence products (wrappers ask their base)."""
@@ -132,10 +148,13 @@ class SequenceLoopCell(RecurrentCell):
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)
         projected = self.project_inputs(x)  # [B, T, P]: one matmul for all steps
-        products = tuple(SequenceLinear(w, x.shape[1], x.shape[0]) for w in self.recurrent_weights())
+        masks = self._product_masks(self.recurrent_mask(state_masks))
+        products = tuple(
+            SequenceLinear(w, x.shape[1], x.shape[0], input_mask=m) for w, m in zip(self.recurrent_weights(), masks)
+        )
         outputs = []
         for projected_t in projected.unbind(1):  # unbind: see forward_reference
-            out_t, state = self.recur_with(projected_t, _masked(state, state_masks), products)
+            out_t, state = self.recur_with(projected_t, state, products)
             outputs.append(out_t)
         return torch.stack(outputs, dim=1), state  # [B, T, output_size]
 
@@ -323,6 +342,10 @@ class LSTMCell(SequenceLoopCell):
         if self.peepholes == "matrix":  # U_i and U_f both read c_{t-1}: one stacked product
             return (self.V, torch.cat((self.U_i, self.U_f)), self.U_r)
         return (self.V,)
+
+    def dropout_reads(self) -> tuple[bool, ...]:
+        # variational dropout drops h in V h_{t-1} only, never the cell state c the peepholes read
+        return (True, False, False) if self.peepholes == "matrix" else (True,)
 
     def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         h_prev, c_prev = state

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..ops.fast_linear import fast_linear
+from ..ops.final_state import through_final_state
 from ..ops.fused_rnn import gated_recurrence
 from .base import MaybeMasks, RecurrentCell, State, activation, check_choice, check_probability
 from .classic import SequenceLoopCell
@@ -44,6 +45,25 @@ from .registry import register_cell
 INNER_FORMS = ("elman", "second-order", "general")
 GATE_FORMS = ("data", "fixed")
 IMPLEMENTATIONS = ("fast", "reference")
+#: eq. 12's dropout: "inverted" (kept units x 1/(1-p) in training, nothing at test time) or "test-time"
+#: (the paper's plain 0/1 mask in training, the proposal x (1-p) in evaluation)
+DROPOUT_SCALINGS = ("inverted", "test-time")
+
+
+def eq12_dropout(z: Tensor, p: float, scaling: str, training: bool) -> Tensor:
+    """DSF eq. 12's ``DROP(g, p)`` on the inner function's output ``z`` (see ``dropout_scaling``).
+
+    The paper writes ``DROP(x, p) = x * (~B(1, p))``, a plain 0/1 mask, and says nothing about test
+    time; ``"test-time"`` then scales by the keep probability in evaluation, as Srivastava et al. (2014),
+    the dropout the paper cites, do. ``"inverted"`` (the default) has the same expectation. Draws one
+    ``bernoulli_`` of ``z``'s shape, as ``F.dropout`` does, so both paths see the same masks."""
+    if p == 0:
+        return z
+    if scaling == "inverted":
+        return F.dropout(z, p, training=True) if training else z
+    if training:
+        return z * torch.empty_like(z).bernoulli_(1 - p)
+    return z * (1 - p)
 
 
 @register_cell("delta-rnn")
@@ -59,6 +79,12 @@ class DeltaRNNCell(RecurrentCell):
         outer_activation: Phi of the outer function (identity for word / character models, tanh for
             subwords in the paper; relu also available).
         dropout: drop probability on the inner function's output z_t in training (eq. 12).
+        dropout_scaling: how eq. 12's dropout keeps the expectation: ``"inverted"`` (default; kept units
+            scaled by 1/(1-p) in training, nothing at test time; the bundled models were trained so) or
+            ``"test-time"`` (the paper's plain 0/1 mask ``DROP(x, p) = x * (~B(1, p))`` in training; the
+            paper does not say what happens at test time, so z is multiplied by the keep probability
+            1-p in evaluation, the rule of Srivastava et al. 2014). Fine-tuning with another ``dropout``
+            changes what evaluation multiplies by under ``"test-time"``.
         implementation: ``"fast"`` (default: the whole-sequence loop with a hand-written backward, see
             the module docstring) or ``"reference"`` (the step loop of ``recur`` under autograd; use it
             for double backward or forward-mode AD, which the fast path does not support). Both compute
@@ -78,10 +104,12 @@ class DeltaRNNCell(RecurrentCell):
         inner_activation: str = "tanh",
         outer_activation: str = "identity",
         dropout: float = 0.0,
+        dropout_scaling: str = "inverted",
         implementation: str = "fast",
     ) -> None:
         super().__init__(input_size, hidden_size)
         self.implementation = check_choice("implementation", implementation, IMPLEMENTATIONS)
+        self.dropout_scaling = check_choice("dropout_scaling", dropout_scaling, DROPOUT_SCALINGS)
         self.inner = check_choice("inner", inner, INNER_FORMS)
         self.gate = check_choice("gate", gate, GATE_FORMS)
         self.phi = activation(inner_activation, "inner_activation")
@@ -112,7 +140,8 @@ class DeltaRNNCell(RecurrentCell):
         return fast_linear(x, self.W)  # [..., H] = W x_t
 
     def inner_function(self, Wx: Tensor, h_prev: Tensor) -> Tensor:
-        """z_t = g(x_t, h_{t-1}) before dropout (eq. 6, 10 or 11)."""
+        """z_t = g(x_t, h_{t-1}) before dropout (eq. 6, 10 or 11); ``h_prev`` as ``V`` reads it (under
+        variational dropout, the masked state)."""
         Vh = fast_linear(h_prev, self.V)  # [B, H] (oneDNN; F.linear under torch.func and for float64)
         if self.inner == "elman":
             pre = Vh + Wx + self.b
@@ -126,13 +155,13 @@ class DeltaRNNCell(RecurrentCell):
         """r (eq. 5 when data-driven, eq. 4 when fixed)."""
         return torch.sigmoid(Wx + self.b_r) if self.gate == "data" else torch.sigmoid(self.b_r)
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None) -> tuple[Tensor, State]:
         (h_prev,) = state
-        z = self.inner_function(projected_t, h_prev)
-        if self.training and self.dropout > 0:
-            z = F.dropout(z, self.dropout, training=True)  # eq. 12: drop the inner function only
+        mask = self.recurrent_mask(state_masks)  # variational dropout: V reads the dropped h_{t-1} ...
+        z = self.inner_function(projected_t, h_prev if mask is None else h_prev * mask)
+        z = eq12_dropout(z, self.dropout, self.dropout_scaling, self.training)  # eq. 12: the inner function only
         r = self.interpolation_gate(projected_t)
-        h = self.Phi((1 - r) * z + r * h_prev)  # eq. 3 / 8
+        h = self.Phi((1 - r) * z + r * h_prev)  # eq. 3 / 8: ... the interpolation carries it undropped
         return h, (h,)
 
     # -- whole sequences ------------------------------------------------------------------------
@@ -147,7 +176,7 @@ class DeltaRNNCell(RecurrentCell):
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)
         (h0,) = state
-        hmask = None if state_masks is None else state_masks[0]
+        hmask = self.recurrent_mask(state_masks)
         T, (Bsz, H) = x.shape[1], h0.shape
         Wx = fast_linear(x.transpose(0, 1), self.W)  # [T, B, H]: time first, each step contiguous
         if self.inner == "elman":  # eq. 6/8: Vh + Wx + b
@@ -157,23 +186,26 @@ class DeltaRNNCell(RecurrentCell):
         else:  # eq. 11: alpha*Vh*Wx + beta1*Vh + beta2*Wx + b = Vh * (alpha*Wx + beta1) + (beta2*Wx + b)
             c1, c0 = torch.addcmul(self.beta1, self.alpha, Wx), torch.addcmul(self.b, self.beta2, Wx)
         r = torch.sigmoid(Wx + self.b_r) if self.gate == "data" else torch.sigmoid(self.b_r)  # eq. 5 / 4
-        dmask = None
-        if self.training and self.dropout > 0:  # eq. 12; drawn step by step like F.dropout in recur
-            keep = 1 - self.dropout
+        dmask, keep = None, 1 - self.dropout
+        if self.training and self.dropout > 0:  # eq. 12; drawn step by step like eq12_dropout in recur
             dmask = torch.empty((T, Bsz, H), dtype=h0.dtype, device=h0.device)
             for t in range(T):
                 dmask[t].bernoulli_(keep)
-            dmask.div_(keep)
+            if self.dropout_scaling == "inverted":
+                dmask.div_(keep)
+        elif self.dropout > 0 and self.dropout_scaling == "test-time":  # evaluation: z * (1 - p)
+            dmask = h0.new_full((T, Bsz, H), keep)
         hs = gated_recurrence(
             c0, c1, r, self.V, h0, hmask=hmask, dmask=dmask, phi=self.inner_activation, Phi=self.outer_activation
         )
-        return hs.transpose(0, 1), (hs[-1],)
+        hs, h_last = through_final_state(hs, 0)  # h_T on the loss graph: dL/dh_T reaches it (DSF sec. 2.5)
+        return hs.transpose(0, 1), (h_last,)
 
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, inner={self.inner!r}, gate={self.gate!r}, "
             f"inner_activation={self.inner_activation!r}, outer_activation={self.outer_activation!r}, "
-            f"dropout={self.dropout}"
+            f"dropout={self.dropout}, dropout_scaling={self.dropout_scaling!r}"
         )
 
 
@@ -219,7 +251,8 @@ class LayerNormDeltaRNNCell(SequenceLoopCell):
 
     The second-order biases are dropped (the layer norms' gains and shifts take their place).
 
-    Options: ``inner_activation``, ``outer_activation``, ``dropout`` (eq. 12), ``eps`` of the norms.
+    Options: ``inner_activation``, ``outer_activation``, ``dropout`` (eq. 12) and ``dropout_scaling``
+    (as for ``delta-rnn``), ``eps`` of the norms.
     Parameters: ``V`` [H, H], ``W`` [H, I], two layer norms (gain and shift, 2H each), ``b_r`` [H].
     """
 
@@ -231,9 +264,11 @@ class LayerNormDeltaRNNCell(SequenceLoopCell):
         inner_activation: str = "tanh",
         outer_activation: str = "identity",
         dropout: float = 0.0,
+        dropout_scaling: str = "inverted",
         eps: float = 1e-5,
     ) -> None:
         super().__init__(input_size, hidden_size)
+        self.dropout_scaling = check_choice("dropout_scaling", dropout_scaling, DROPOUT_SCALINGS)
         self.phi = activation(inner_activation, "inner_activation")
         self.Phi = activation(outer_activation, "outer_activation")
         self.inner_activation, self.outer_activation = inner_activation, outer_activation
@@ -264,8 +299,7 @@ class LayerNormDeltaRNNCell(SequenceLoopCell):
         d_dat = projected_t
         d_rec = self.norm_rec(products[0](h_prev))  # eq. 20
         z = self.phi(d_rec * d_dat + d_rec + d_dat)  # eq. 21
-        if self.training and self.dropout > 0:
-            z = F.dropout(z, self.dropout, training=True)
+        z = eq12_dropout(z, self.dropout, self.dropout_scaling, self.training)
         r = torch.sigmoid(d_dat + self.b_r)  # eq. 23
         h = self.Phi((1 - r) * z + r * h_prev)  # eq. 22
         return h, (h,)

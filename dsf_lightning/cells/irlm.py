@@ -31,8 +31,12 @@ Registered cells:
 
 Speed: a whole sequence is one matrix product (``W y_t`` for all t) and one call of
 :func:`dsf_lightning.ops.scan.linear_recurrence` (``implementation = "fast"``, the default; the plain
-step loop of ``recur`` is :meth:`IRLMCell.forward_reference`). A variational dropout mask ``m`` on the
-state only changes the coefficient (``r * (m * x_{t-1}) = (r * m) * x_{t-1}``), so masks keep the scan.
+step loop of ``recur`` is :meth:`IRLMCell.forward_reference`).
+
+No variational (recurrent) dropout: it drops the state where recurrent weight *matrices* read it (Gal &
+Ghahramani; SCRN paper eq. 9), and the IRLM has none, only the diagonal recurrence that carries the
+state (masking that multiplied the state by up to ``r / (1 - p)`` every step). The paper regularizes
+with dropout before the decoder (sec. 4), the LM's ``dropout_output``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..ops.final_state import through_final_state
 from ..ops.scan import linear_recurrence
 from .base import CellOptionError, MaybeMasks, RecurrentCell, State
 from .registry import register_cell
@@ -94,6 +99,8 @@ class IRLMCell(RecurrentCell):
 
     #: "fast" (matmul + linear_recurrence) or "reference" (step loop); see the module docstring
     implementation: str = "fast"
+    #: no recurrent weight matrix, so no variational dropout (module docstring)
+    recurrent_dropout = False
     #: the ``method`` passed to :func:`~dsf_lightning.ops.scan.linear_recurrence`
     scan_method: str = "auto"
 
@@ -173,7 +180,8 @@ class IRLMCell(RecurrentCell):
     def project_inputs(self, x: Tensor) -> Tensor:
         return F.linear(x, self.W)  # [..., H] = W y_t
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None) -> tuple[Tensor, State]:
+        self.recurrent_mask(state_masks)  # refuses a mask: nothing here reads the state through a matrix
         (x_prev,) = state
         x = projected_t + self.r * x_prev  # sec. 3: x_t = W y_t + R x_{t-1}, R diagonal, f = identity
         return x, (x,)
@@ -187,12 +195,12 @@ class IRLMCell(RecurrentCell):
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)
         (x0,) = state
-        mask = None if state_masks is None else state_masks[0]
-        a = self.r if mask is None else (self.r * mask).unsqueeze(1)  # [H] or [B, 1, H]
-        states = linear_recurrence(a, self.project_inputs(x), x0, method=self.scan_method)  # [B, T, H]
+        self.recurrent_mask(state_masks)  # refuses a mask (module docstring)
+        states = linear_recurrence(self.r, self.project_inputs(x), x0, method=self.scan_method)  # [B, T, H]
         if states.shape[1] == 0:
             return states, (x0,)
-        return states, (states[:, -1],)
+        states, last = through_final_state(states, 1)  # x_T on the loss graph (DSF sec. 2.5)
+        return states, (last,)
 
     def extra_repr(self) -> str:
         return (

@@ -104,9 +104,14 @@ class RANCell(SequenceLoopCell):
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         return (torch.cat((self.W_ih, self.W_fh)),)  # [2H, H]: both gates read h_{t-1}
 
-    def step_products(self) -> tuple:
-        # one step: two products, not a fresh [2H, H] copy of the weights per step
-        return (lambda h: torch.cat((fast_linear(h, self.W_ih), fast_linear(h, self.W_fh)), dim=-1),)
+    def step_products(self, mask: Tensor | None = None) -> tuple:
+        # one step: two products, not a fresh [2H, H] copy of the weights per step; the variational
+        # dropout mask drops h_{t-1} = g(c_{t-1}) where the gates' weights read it, never c_{t-1}
+        def product(h: Tensor) -> Tensor:
+            h = h if mask is None else h * mask
+            return torch.cat((fast_linear(h, self.W_ih), fast_linear(h, self.W_fh)), dim=-1)
+
+        return (product,)
 
     def gates_with(self, projected_t: Tensor, c_prev: Tensor, products: tuple) -> tuple[Tensor, Tensor, Tensor]:
         content, x_i, x_f = projected_t.chunk(3, dim=-1)
@@ -171,8 +176,12 @@ class SimpleRANCell(SequenceLoopCell):
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         return (torch.cat((self.W_ic, self.W_fc)),)  # [2H, H]: both gates read c_{t-1}
 
-    def step_products(self) -> tuple:
-        return (lambda c: torch.cat((fast_linear(c, self.W_ic), fast_linear(c, self.W_fc)), dim=-1),)
+    def step_products(self, mask: Tensor | None = None) -> tuple:
+        def product(c: Tensor) -> Tensor:  # the mask drops c_{t-1} in the gates only (eq. 2's f * c_{t-1} keeps it)
+            c = c if mask is None else c * mask
+            return torch.cat((fast_linear(c, self.W_ic), fast_linear(c, self.W_fc)), dim=-1)
+
+        return (product,)
 
     def gates_with(self, projected_t: Tensor, c_prev: Tensor, products: tuple) -> tuple[Tensor, Tensor, Tensor]:
         x, x_i, x_f = projected_t.chunk(3, dim=-1)

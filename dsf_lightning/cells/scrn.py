@@ -23,8 +23,9 @@ Speed (``implementation = "fast"``, the default; the plain step loop of ``recur`
 one :func:`dsf_lightning.ops.scan.linear_recurrence` (a constant decay ``alpha``), then ``s_t P`` for all
 steps is one matrix product, and only eq. 2's ``h`` recurrence is a loop, run by
 :func:`dsf_lightning.ops.fused_rnn.gated_recurrence` (one ``[B, d_h] x [d_h, d_h]`` product per step, a
-hand-written backward, ``dR`` as one product over all steps). State masks keep working: a mask on ``h``
-(the only one the model draws, eq. 9) is applied inside that loop, one on ``s`` scales the decay.
+hand-written backward, ``dR`` as one product over all steps). Variational dropout (eq. 9) masks ``h``
+where ``R`` reads it, inside that loop; the context ``s`` enters no recurrent weight matrix and is
+never masked (a mask on it is an error).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..ops.fast_linear import fast_linear
+from ..ops.final_state import through_final_state
 from ..ops.fused_rnn import ACTIVATION_NAMES, gated_recurrence
 from ..ops.scan import linear_recurrence
 from .base import (
@@ -155,8 +157,11 @@ class SCRNCell(RecurrentCell):
         # [..., d_s + d_h] = [x B, x A] in one matmul (hoisted over time)
         return F.linear(x, torch.cat((self.B, self.A)))
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
+    def recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None) -> tuple[Tensor, State]:
         s_prev, h_prev = state  # [B, d_s], [B, d_h]
+        mask = self.recurrent_mask(state_masks)  # eq. 9: h_{t-1} dropped where R reads it
+        if mask is not None:
+            h_prev = h_prev * mask
         xB, xA = projected_t.split((self.context_size, self.hidden_size), dim=-1)
         alpha = self.alpha
         s = (1 - alpha) * xB + alpha * s_prev  # eq. 1
@@ -182,21 +187,22 @@ class SCRNCell(RecurrentCell):
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)
         s0, h0 = state
-        s_mask, h_mask = (None, None) if state_masks is None else tuple(state_masks)
+        h_mask = self.recurrent_mask(state_masks)  # eq. 9: on h where R reads it; never on s
         S = self.context_size
         # [T, B, d_s + d_h]: time first, so each step of the h loop reads contiguous rows
         projected = fast_linear(x.transpose(0, 1), torch.cat((self.B, self.A)))
         xB, xA = projected.split((S, self.hidden_size), dim=-1)
         alpha = self.alpha
-        a = alpha if s_mask is None else (alpha * s_mask).unsqueeze(1)  # [] or [B, 1, d_s]
-        s_all = linear_recurrence(a, ((1 - alpha) * xB).transpose(0, 1), s0, method=self.scan_method)  # eq. 1
+        s_all = linear_recurrence(alpha, ((1 - alpha) * xB).transpose(0, 1), s0, method=self.scan_method)  # eq. 1
+        s_all, s_last = through_final_state(s_all, 1)  # s_T, h_T on the loss graph (DSF sec. 2.5)
         pre = xA + fast_linear(s_all.transpose(0, 1), self.P)  # [T, B, d_h]: x A + s P for all steps
         if self.b is not None:
             pre = pre + self.b
         hs = gated_recurrence(pre, None, None, self.R, h0, hmask=h_mask, phi=self.hidden_activation)  # eq. 2
+        hs, h_last = through_final_state(hs, 0)
         h_all = hs.transpose(0, 1)  # [B, T, d_h]
         out = torch.cat((s_all, h_all), dim=-1) if self.output == "both" else h_all  # eq. 7
-        return out, (s_all[:, -1], hs[-1])
+        return out, (s_last, h_last)
 
     def extra_repr(self) -> str:
         return (

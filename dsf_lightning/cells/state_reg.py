@@ -144,6 +144,7 @@ class StateRegularizedCell(SequenceLoopCell):
         self.output_size = self.state_size if self.output == "state" else self.base.output_size
         # the state layout is the wrapped cell's, so recurrent dropout masks the same tensor
         self.recurrent_state_index = self.base.recurrent_state_index
+        self.recurrent_dropout = self.base.recurrent_dropout
         self._probs_sink: list[Tensor] | None = None  # collects alpha while forward_with_probs runs
 
         self.centroids = nn.Parameter(torch.empty(self.k, self.state_size))  # row i = s_i (S transposed)
@@ -197,16 +198,17 @@ class StateRegularizedCell(SequenceLoopCell):
         return weights @ self.centroids  # [B, k] @ [k, d] -> [B, d]
 
     def regularized_recur(
-        self, projected_t: Tensor, state: State, products: tuple | None = None
+        self, projected_t: Tensor, state: State, products: tuple | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State, Tensor]:
         """One sr-RNN step: the wrapped cell (eq. 1), then eqs 2-6 on its ``state_index`` tensor.
 
         ``products``: the wrapped cell's recurrent products (see
-        :class:`~dsf_lightning.cells.classic.SequenceLoopCell`), or None for its own ``recur``.
+        :class:`~dsf_lightning.cells.classic.SequenceLoopCell`, variational dropout masks already in
+        them), or None for its own ``recur`` with ``state_masks``.
         Returns (output ``[B, output_size]``, new state, transition probabilities alpha ``[B, k]``).
         """
         if products is None:
-            base_out, base_state = self.base.recur(projected_t, state)  # eq. 1
+            base_out, base_state = self.base.recur(projected_t, state, state_masks)  # eq. 1
         else:
             base_out, base_state = self.base.recur_with(projected_t, state, products)  # eq. 1
         base_state = tuple(base_state)
@@ -221,14 +223,16 @@ class StateRegularizedCell(SequenceLoopCell):
     def project_inputs(self, x: Tensor) -> Tensor:
         return self.base.project_inputs(x)  # the stochastic component reads no input
 
-    def recur(self, projected_t: Tensor, state: State) -> tuple[Tensor, State]:
-        return self._recur_collecting(projected_t, state, None)
+    def recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None) -> tuple[Tensor, State]:
+        return self._recur_collecting(projected_t, state, None, state_masks)
 
     def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
         return self._recur_collecting(projected_t, state, products)
 
-    def _recur_collecting(self, projected_t: Tensor, state: State, products: tuple | None) -> tuple[Tensor, State]:
-        out, new_state, alpha = self.regularized_recur(projected_t, state, products)
+    def _recur_collecting(
+        self, projected_t: Tensor, state: State, products: tuple | None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        out, new_state, alpha = self.regularized_recur(projected_t, state, products, state_masks)
         if self._probs_sink is not None:
             self._probs_sink.append(alpha)
         return out, new_state
@@ -239,6 +243,9 @@ class StateRegularizedCell(SequenceLoopCell):
 
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         return self.base.recurrent_weights()
+
+    def dropout_reads(self) -> tuple[bool, ...]:
+        return self.base.dropout_reads()
 
     # -- transition probabilities for callers ------------------------------------------------------
     # These run the inherited step / forward unchanged (same code path, same state masking) and

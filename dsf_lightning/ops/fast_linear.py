@@ -309,10 +309,15 @@ class SequenceLinear:
     step only back-propagates into ``x_t``. Values and gradients equal the per-step ``fast_linear``'s up to
     floating-point summation order. Not twice differentiable (``once_differentiable``); inside
     ``torch.func`` transforms, under forward-mode AD or without gradients it is plain :func:`fast_linear`.
+
+    ``input_mask`` (``[batch, in]`` or None): a variational dropout mask multiplying every step's
+    ``x_t`` before the product, ``(x_t * m) W^T`` (Gal & Ghahramani: the recurrent weights read the
+    dropped state; the mask is a constant, no gradient).
     """
 
-    def __init__(self, weight: Tensor, steps: int, batch: int) -> None:
+    def __init__(self, weight: Tensor, steps: int, batch: int, input_mask: Tensor | None = None) -> None:
         self.weight = weight
+        self.input_mask = None if input_mask is None else input_mask.detach()
         self.deferred = (
             torch.is_grad_enabled()
             and weight.requires_grad
@@ -331,6 +336,8 @@ class SequenceLinear:
             self._step = 0
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.input_mask is not None:
+            x = x * self.input_mask
         if not self.deferred:
             return fast_linear(x, self.weight)
         w = self._detached

@@ -2,12 +2,15 @@
 
 The recurrence (all products element-wise except ``V``; every ``*_t`` is precomputed for all steps)::
 
-    hm_t = h_{t-1} * m                      (m: the variational dropout mask on the state, or 1)
+    hm_t = h_{t-1} * m                      (m: the variational dropout mask, or 1)
     q_t  = hm_t V^T                         (the only matrix product inside the loop)
     z_t  = phi(c0_t + c1_t * q_t)           (c1 = 1 when absent)
-    zd_t = z_t * d_t                        (d_t: the dropout noise on z, already scaled, or 1)
-    u_t  = zd_t + r_t * (hm_t - zd_t)       (= (1 - r_t) zd_t + r_t hm_t; u_t = zd_t without a gate)
+    zd_t = z_t * d_t                        (d_t: the dropout noise on z, or 1)
+    u_t  = zd_t + r_t * (h_{t-1} - zd_t)    (= (1 - r_t) zd_t + r_t h_{t-1}; u_t = zd_t without a gate)
     h_t  = Phi(u_t)
+
+The mask drops ``h_{t-1}`` only where the recurrent matrix ``V`` reads it (Gal & Ghahramani; SCRN
+paper eq. 9); the interpolation carries the undropped state.
 
 It is the Delta-RNN of the Differential State Framework (Ororbia II, Mikolov & Reitter,
 ``papers/delta_rnn_differential_state_framework.md``, eqs 3-5, 8, 10-12: ``c1 = alpha Wx + beta1``,
@@ -118,7 +121,7 @@ def _forward_loop(c0, c1, r, V, h0, hmask, dmask, phi, Phi, save_q):
                 zz = zd
             else:
                 zz = z
-            torch.sub(hm, zz, out=tmp)
+            torch.sub(h_prev, zz, out=tmp)  # the carried state is never masked
             torch.addcmul(zz, r if r_const else r[t], tmp, out=h)
         elif dmask is not None:
             torch.mul(z, dmask[t], out=h)
@@ -176,10 +179,11 @@ class _GatedRecurrence(torch.autograd.Function):
                 torch.mul(gu, k1[t], out=gq)
             else:
                 gq = gu
-            ghm = _matmul_t(gq, Vt, onednn)
-            if gated:
-                ghm.addcmul_(gu, r if r_const else r[t])
-            dh = ghm if hmask is None else ghm.mul_(hmask)
+            dh = _matmul_t(gq, Vt, onednn)  # through V's operand hm = h * m ...
+            if hmask is not None:
+                dh.mul_(hmask)
+            if gated:  # ... and through the carried h (unmasked)
+                dh.addcmul_(gu, r if r_const else r[t])
         grad_h0 = dh
 
         gq_all = gu_all if gq_all is None else gq_all
@@ -197,14 +201,11 @@ class _GatedRecurrence(torch.autograd.Function):
                 hm_prev[1:].copy_(hs[:-1])
                 hm_prev.mul_(hmask)
                 grad_V = _matmul_tn(gq_all.reshape(T * Bsz, H), hm_prev.reshape(T * Bsz, H), onednn)
-        if gated and need[2]:  # g_r = g_u * (hm_{t-1} - zd_t)
+        if gated and need[2]:  # g_r = g_u * (h_{t-1} - zd_t)
             g_r = zs * dmask if dmask is not None else zs.clone()
             g_r.neg_()
-            g_r[0].add_(h0 if hmask is None else h0 * hmask)
-            if hmask is None:
-                g_r[1:].add_(hs[:-1])
-            else:
-                g_r[1:].addcmul_(hs[:-1], hmask)
+            g_r[0].add_(h0)
+            g_r[1:].add_(hs[:-1])
             g_r.mul_(gu_all)
             grad_r = g_r.sum((0, 1)) if r_const else g_r
         if need[0] or need[1]:

@@ -32,6 +32,32 @@ from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
 
+
+def refine_carried_state(
+    model: RecurrentLM, final_state: ModelState, carried: ModelState, step: float, scale: float = 1.0
+) -> ModelState:
+    """One step of iterative inference (DSF sec. 2.5): ``carried - step * dL/dh_T`` for every state tensor,
+    reading ``dL/dh_T`` from ``final_state``'s ``.grad`` (``retain_grad`` before the backward pass; divided
+    by ``scale``, the AMP loss scale). A state the last output does not read has ``dL/dh_T = 0`` and stays;
+    one it reads but that got no gradient is a bug of the path that produced it (a final state cut off
+    the loss graph), raised as :class:`RuntimeError` rather than silently skipped."""
+    refined = []
+    for i, (layer, states, kept) in enumerate(zip(model.layers, final_state, carried)):
+        new = []
+        for j, (s, c) in enumerate(zip(states, kept)):
+            if s.grad is not None:
+                new.append(c - step * (s.grad.float() / scale))
+            elif layer.output_reads_state(j):
+                raise RuntimeError(
+                    f"iterative inference: no gradient reached the final state {j} of layer {i} ({layer.cell_name or type(layer).__name__}), "
+                    "which the last output reads: the forward path that returned it left it off the loss graph"
+                    + ("" if s.requires_grad else " (it does not require grad: are the layer's parameters frozen?)")
+                )
+            else:
+                new.append(c)
+        refined.append(tuple(new))
+    return tuple(refined)
+
 class LanguageModelModule(L.LightningModule):
     """Train, validate and test a stacked recurrent LM on stream windows.
 
@@ -271,15 +297,7 @@ class LanguageModelModule(L.LightningModule):
         step = self.hparams.iterative_inference_step
         scaler = getattr(self.trainer.precision_plugin, "scaler", None)
         scale = float(scaler.get_scale()) if scaler is not None else 1.0
-        refined = []
-        for layer, carried in zip(self._final_state, self._carried["train"]):
-            refined.append(
-                tuple(
-                    c if s.grad is None else c - step * (s.grad.float() / scale)
-                    for s, c in zip(layer, carried)
-                )
-            )
-        self._carried["train"] = tuple(refined)
+        self._carried["train"] = refine_carried_state(self.model, self._final_state, self._carried["train"], step, scale)
         self._final_state = None
 
     # -- evaluation ----------------------------------------------------------------------------

@@ -30,9 +30,11 @@ def _data(cell, input_size, seed=1, masks=False):
     x = torch.randn(B, T, input_size, generator=g, dtype=F64, requires_grad=True)
     state = tuple((0.5 * torch.randn(B, n, generator=g, dtype=F64)).requires_grad_() for n in cell.state_sizes)
     state_masks = None
-    if masks:  # a mask on the recurrent state (as the model builds them) and, for SCRN, one on s too
+    if masks and cell.recurrent_dropout:  # a mask on the recurrent state h, as the model builds them
+        k = cell.recurrent_state_index
         state_masks = tuple(
-            (torch.rand(B, n, generator=g, dtype=F64) > 0.3).to(F64) / 0.7 for n in cell.state_sizes
+            (torch.rand(B, n, generator=g, dtype=F64) > 0.3).to(F64) / 0.7 if i == k else None
+            for i, n in enumerate(cell.state_sizes)
         )
     return x, state, state_masks
 
