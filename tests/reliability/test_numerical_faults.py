@@ -32,8 +32,10 @@ class Poisoned(LanguageModelModule):
     def _training_loss(self, inputs, targets, state):
         loss, final = super()._training_loss(inputs, targets, state)
         if self.trainer.global_step in self.poison_steps:
-            loss = loss * float("nan")
             final = tuple(tuple(s * float("nan") for s in layer) for layer in final)
+            # a NaN forward pass leaves its final state on the loss graph (iterative inference reads its
+            # gradient there): the poisoned state feeds the poisoned loss
+            loss = loss * float("nan") + 0 * sum(s.sum() for layer in final for s in layer)
         return loss, final
 
 
