@@ -340,11 +340,11 @@ def column_normalization_targets(
     ``P(y_{t+1}) ~ exp(y_{t+1}^T Z x_t)`` and normalizes "the incoming/outgoing weights to each hidden
     unit" of the encoding matrix W and the decoding matrix Z. Per hidden unit j here:
 
-    * ``"encoder"``, the weights *into* each unit of the first representation of the input:
-      with one-hot input (``embedding_size`` 0, the IRLM's setting) every input matrix of the first
-      layer (``[n, V]``: the IRLM's W, the Delta-RNN's W, the SCRN's A and B, an LSTM's gate
-      matrices), one row per unit (``dim=1``); with an embedding, the embedding ``[V, E]``, one
-      column per embedding unit (``dim=0``), which is W transposed.
+    * ``"encoder"``, the weights *into* each hidden unit of the first layer: every input matrix of
+      the first cell (``[n, input]``: the IRLM's W, the Delta-RNN's W, the SCRN's A and B, an LSTM's
+      gate matrices), one row per unit (``dim=1``), with one-hot input (``embedding_size`` 0, the
+      IRLM's setting) as with an embedding. An embedding layer (the paper's models have none) is not a
+      hidden unit's incoming weights and is not normalized as the encoder.
     * ``"decoder"``, the weights *out of* each top-layer feature into the softmax: the decoder
       ``[V, D]``, one column per feature (``dim=0``), Z; with tied weights the embedding (already
       listed for the encoder: shared once) and the untied part ``[V, D - E]`` if any. Biases are
@@ -356,11 +356,8 @@ def column_normalization_targets(
     if not which or any(w not in NORM_TARGETS for w in which):
         raise ValueError(f"which must be a non-empty subset of {NORM_TARGETS}, got {which!r}")
     targets: list[tuple[str, nn.Parameter, int]] = []
-    if "encoder" in which:
-        if model.embedding is not None:
-            targets.append(("embedding.weight", model.embedding.weight, 0))
-        else:
-            targets.extend((f"layers.0.{n}", p, 1) for n, p in _input_matrices(model.layers[0]))
+    if "encoder" in which:  # the cell's own W, also behind an embedding (sec. 4: weights into each unit)
+        targets.extend((f"layers.0.{n}", p, 1) for n, p in _input_matrices(model.layers[0]))
     if "decoder" in which:
         if model.decoder is not None:
             targets.append(("decoder.weight", model.decoder.weight, 0))
@@ -417,8 +414,8 @@ def normalize_columns(
         model: the language model.
         max_norm: the norm (15 in the paper).
         which: ``"encoder"`` and / or ``"decoder"``; the matrices and directions are listed in
-            :func:`column_normalization_targets` (W: the first layer's input matrices for one-hot input
-            or the embedding; Z: the decoder).
+            :func:`column_normalization_targets` (W: the first layer's input matrices; Z: the decoder,
+            the embedding when tied).
         mode: ``"fixed"`` rescales every unit's vector to exactly ``max_norm`` (the paper's "fixing");
             ``"max"`` only shrinks those longer than ``max_norm`` (the max-norm constraint of the
             dropout paper the IRLM paper cites as [3]). All-zero vectors are left at zero.

@@ -14,12 +14,18 @@ The softmax reads ``x_t`` directly (``P(y_{t+1}) ~ exp(y_{t+1}^T Z x_t)``, eq. 1
 Sec. 5.3 adds *long-context units* (LCUs) whose self-connections are "constrained to lie between 0.7
 and 1" (initialized at 0.9; the remaining short-context units start at 0).
 
-How r is kept in range (the paper does not say): each unit has a free parameter ``rho`` and
-``r = lo + (hi - lo) * sigmoid(rho)`` with per-unit bounds ``(lo, hi)`` = ``(-1, 1)`` (so
-``r = tanh(rho / 2)``) or the LCU range. This holds for any ``rho`` (no projection step needed in
-the training loop) and r is clamped ``eps`` inside the bounds so ``|r| < 1`` even when the sigmoid
-saturates. The paper trains the self-connections with a 1000-fold smaller learning rate than ``W``
-(sec. 3): put ``rho`` in its own optimizer parameter group to do the same.
+How r is kept in range (the paper does not say), the option ``r_parametrization``:
+
+* ``"sigmoid"`` (the default, and what every existing checkpoint holds): each unit has a free parameter
+  ``rho`` and ``r = lo + (hi - lo) * sigmoid(rho)`` with per-unit bounds ``(lo, hi)`` = ``(-1, 1)`` (so
+  ``r = tanh(rho / 2)``) or the LCU range, clamped ``eps`` inside the bounds.
+* ``"direct"``: ``rho`` *is* r, clamped ``eps`` inside its bounds with a straight-through gradient
+  (the clamp passes the gradient unchanged), so an optimizer step on ``rho`` is the same step on r.
+
+The paper trains the self-connections with a 1000-fold smaller learning rate than ``W`` (sec. 3): put
+``rho`` in its own optimizer parameter group (``param_group_lr: {rho: lr / 1000}``) *with*
+``r_parametrization: direct``. Under ``"sigmoid"`` the step on r is ``(dr/drho)^2`` times smaller again
+(SGD; about 0.009 at r = 0.9), not the paper's rule.
 
 Not part of the cell (the paper applies them outside the recurrence): dropout on ``x_t`` before the
 decoder (sec. 4) and column normalization of ``W`` and ``Z``. The paper's smoothed-rectifier RNN
@@ -87,6 +93,9 @@ class IRLMCell(RecurrentCell):
             (``(0.7, 1.0)``, sec. 5.3); ``-1 <= low < high <= 1``.
         long_context_init: initial self-connection of the LCUs, inside ``long_context_range``
             (0.9, sec. 5.3).
+        r_parametrization: ``"sigmoid"`` (default: ``rho`` is a logit) or ``"direct"`` (``rho`` is r
+            itself, so ``param_group_lr`` on ``rho`` is the learning rate of r: the paper's 1000-fold
+            smaller rate); see the module docstring.
 
     State: ``(x [B, H],)``, which is also the output.
 
@@ -99,6 +108,7 @@ class IRLMCell(RecurrentCell):
 
     #: "fast" (matmul + linear_recurrence) or "reference" (step loop); see the module docstring
     implementation: str = "fast"
+    R_PARAMETRIZATIONS = ("sigmoid", "direct")
     #: no recurrent weight matrix, so no variational dropout (module docstring)
     recurrent_dropout = False
     #: the ``method`` passed to :func:`~dsf_lightning.ops.scan.linear_recurrence`
@@ -113,6 +123,7 @@ class IRLMCell(RecurrentCell):
         long_context_units: int = 0,
         long_context_range: tuple[float, float] = (0.7, 1.0),
         long_context_init: float = 0.9,
+        r_parametrization: str = "sigmoid",
     ) -> None:
         super().__init__(input_size, hidden_size)
         self.r_init = _check_number("r_init", r_init)
@@ -135,6 +146,12 @@ class IRLMCell(RecurrentCell):
                 f"long_context_init must lie inside long_context_range ({lo}, {hi}), got {long_context_init!r}"
             )
 
+        if r_parametrization not in self.R_PARAMETRIZATIONS:
+            raise CellOptionError(
+                f"r_parametrization must be one of {', '.join(map(repr, self.R_PARAMETRIZATIONS))} (rho is a logit, "
+                f"or r itself), got {r_parametrization!r}"
+            )
+        self.r_parametrization = r_parametrization
         self.W = nn.Parameter(torch.empty(hidden_size, input_size))  # the encoding matrix
         self.rho = nn.Parameter(torch.empty(hidden_size))  # diag(R) before squashing into its bounds
         self.reset_parameters()
@@ -146,6 +163,10 @@ class IRLMCell(RecurrentCell):
         lo, hi = self.long_context_range
         L = self.long_context_units
         with torch.no_grad():
+            if self.r_parametrization == "direct":
+                self.rho[:L] = self.long_context_init
+                self.rho[L:] = self.r_init
+                return
             self.rho[:L] = _logit((self.long_context_init - lo) / (hi - lo))
             self.rho[L:] = _logit((self.r_init + 1.0) / 2.0)
 
@@ -164,6 +185,8 @@ class IRLMCell(RecurrentCell):
         """The self-connections diag(R) [H], each strictly inside its unit's bounds."""
         low, high = self.r_bounds()
         eps = torch.finfo(self.rho.dtype).eps
+        if self.r_parametrization == "direct":  # straight through: d r / d rho = 1, also at the bounds
+            return torch.clamp(self.rho, low + eps, high - eps).detach() + (self.rho - self.rho.detach())
         r = low + (high - low) * torch.sigmoid(self.rho)
         return torch.clamp(r, low + eps, high - eps)
 
@@ -205,5 +228,6 @@ class IRLMCell(RecurrentCell):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, r_init={self.r_init}, long_context_units={self.long_context_units}, "
-            f"long_context_range={self.long_context_range}, long_context_init={self.long_context_init}"
+            f"long_context_range={self.long_context_range}, long_context_init={self.long_context_init}, "
+            f"r_parametrization={self.r_parametrization!r}"
         )

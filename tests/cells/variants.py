@@ -35,6 +35,7 @@ VARIANTS: dict[str, list[tuple]] = {
         ("sec5.3-lcu", {"long_context_units": 4}),
         ("all-lcu-custom-range", {"long_context_units": 6, "long_context_range": [0.5, 0.95], "long_context_init": 0.8}),
         ("r-init-negative", {"r_init": -0.5}),
+        ("direct-r-lcu", {"r_parametrization": "direct", "long_context_units": 3, "r_init": 0.2}),
     ],
     # --- baselines (classic.py) ---
     "elman": [

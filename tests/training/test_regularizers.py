@@ -205,8 +205,8 @@ def test_column_normalization_targets_per_model():
     torch.manual_seed(0)
     tied = RecurrentLM(LMConfig(vocab_size=9, cell="scrn", hidden_sizes=[4], embedding_size=4, tie_weights=True,
                                 cell_options={"context_size": 2}))
-    assert [(n, d) for n, _, d in column_normalization_targets(tied)] == [
-        ("embedding.weight", 0), ("untied_decoder.weight", 0)]  # the shared embedding once
+    assert sorted((n, d) for n, _, d in column_normalization_targets(tied)) == [  # W into each unit, Z out of it
+        ("embedding.weight", 0), ("layers.0.A", 1), ("layers.0.B", 1), ("untied_decoder.weight", 0)]
 
 
 @pytest.mark.parametrize("mode", ["fixed", "max"])
