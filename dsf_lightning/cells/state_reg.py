@@ -92,8 +92,12 @@ class StateRegularizedCell(SequenceLoopCell):
             value is exactly the chosen centroid, the backward pass treats the one-hot choice as if
             it were ``alpha`` (so the scores, hence the wrapped cell, get the gradient of eq. 6). This
             estimator is this library's choice, not the paper's.
-        state_index: which tensor of the wrapped cell's state tuple is regularized (default 0: the
-            hidden state ``h`` of every cell here, including the LSTM's ``(h, c)``).
+        state_index: which tensor of the wrapped cell's state tuple is regularized. Default (None):
+            the wrapped cell's hidden state h, the state the paper regularizes (sec. 3: the hidden
+            state through which the unrolled cells are connected), i.e. its ``recurrent_state_index``:
+            index 0 for the LSTM's ``(h, c)``, the GRU's and the Delta-RNN's ``(h,)``, index 1 for the
+            SCRN's ``(s, h)`` (never the context s), and RAN's only carried state ``c`` (its output
+            ``g(c)`` is not carried).
         output: ``"state"`` (default): the cell's output is the regularized state ``h_t`` (what the
             paper feeds to the next layer / classifier); ``"base"``: the wrapped cell's own output,
             unchanged (for cells whose output is not their state).
@@ -116,7 +120,7 @@ class StateRegularizedCell(SequenceLoopCell):
         tau: float = 1.0,
         score: str = "dot",
         mode: str = "soft",
-        state_index: int = 0,
+        state_index: int | None = None,
         output: str = "state",
     ) -> None:
         super().__init__(input_size, hidden_size)
@@ -132,6 +136,8 @@ class StateRegularizedCell(SequenceLoopCell):
         self.base = build_cell(base, input_size, hidden_size, **self.base_options)
 
         n_states = len(self.base.state_sizes)
+        if state_index is None:  # the hidden state h (sec. 3), wherever the base cell keeps it
+            state_index = self.base.recurrent_state_index or 0
         index_ok = isinstance(state_index, int) and not isinstance(state_index, bool)
         if not index_ok or not 0 <= state_index < n_states:
             raise CellOptionError(
