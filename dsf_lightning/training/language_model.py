@@ -70,7 +70,8 @@ class LanguageModelModule(L.LightningModule):
         optimizer: ``"adam"`` (the DSF paper's choice) or ``"sgd"`` (the SCRN / awd-lstm baselines).
         lr, momentum, weight_decay: optimizer settings.
         param_group_lr: learning rates for parameters whose name contains a key, e.g.
-            ``{"rho": 1e-5}`` for a much smaller rate on the IRLM self-connections.
+            ``{"rho": 1e-6}`` for the IRLM paper's 1000-fold smaller rate on the self-connections (with
+            the cell option ``r_parametrization: direct``, so that it is the rate of r itself).
         lr_halving_patience: halve the learning rate when ``val_loss`` has not improved for this many
             validations (None: never).
         iterative_inference_step: lambda of DSF sec 2.5 (0: off).
