@@ -137,6 +137,35 @@ def _data_option(name: str):
     return compute
 
 
+def _check_resume_options(cli, argv: Sequence[str]) -> None:
+    """``dsf fit --ckpt_path``: LightningCLI replaces the model options with the checkpoint's
+    ``hyper_parameters``. A model option set to another value than the checkpoint's (on the command line,
+    or in a config to a value other than its default) is a
+    :class:`~dsf_lightning.training.resume.ResumeMismatchError` instead; options left out are the checkpoint's."""
+    import inspect
+
+    from .training.resume import check_hyperparameters
+
+    sub = cli.config.get("subcommand")
+    if sub != "fit" or not cli.config[sub].get("ckpt_path") or task_mode_of(cli):
+        return
+    before = getattr(cli, "_model_before_ckpt", None)
+    after = cli.config[sub].get("model")
+    if before is None or after is None:
+        return
+    before, after = before.as_dict(), after.as_dict()
+    defaults = {n: p.default for n, p in inspect.signature(cli.model_class).parameters.items()}
+    named = {a.split("=", 1)[0][len("--model."):].split(".")[0] for a in map(str, argv) if a.startswith("--model.")}
+    given = {k: v for k, v in before.items() if k in named or (k in defaults and v != defaults[k])}
+    if after.get("parameter_budget") is not None:
+        given.pop("hidden_sizes", None)  # replaced by the size the budget gives (as recorded)
+    check_hyperparameters({k: after.get(k) for k in given}, given, source=f"checkpoint {cli.config[sub]['ckpt_path']}")
+
+
+def task_mode_of(cli) -> bool:
+    return bool(getattr(cli, "subclass_mode_model", False))
+
+
 def lightning_cli(argv: Sequence[str], run: bool = True):
     """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``); with
     ``run=False`` ``argv`` holds no subcommand and the CLI only parses and instantiates (recipe tests).
@@ -175,7 +204,14 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             # fine-tuning: the data is encoded with the vocabulary of the model it starts from
             parser.link_arguments("model.init_from", "data.vocab_from", apply_on="parse")
 
+        def parse_arguments(self, parser, args) -> None:
+            super().parse_arguments(parser, args)
+            sub = self.config.get("subcommand")  # the model options as given, before --ckpt_path replaces them
+            model = self.config.get(sub, {}).get("model") if sub else None
+            self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
+
         def before_instantiate_classes(self) -> None:
+            _check_resume_options(self, argv)  # --ckpt_path: model options the checkpoint would silently replace
             # Lightning lists `devices` indices up front: refuse absurd counts (ValueError) before that
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
             check_trainer_counts(config.get("trainer"))
@@ -220,10 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
         from .training.guards import UnsafeRecipeError
+        from .training.resume import ResumeMismatchError
 
         try:
             lightning_cli(argv)
-        except UnsafeRecipeError as err:
+        except (UnsafeRecipeError, ResumeMismatchError) as err:
             print(f"dsf {argv[0]}: error: {err}", file=sys.stderr)
             return 2
         return 0

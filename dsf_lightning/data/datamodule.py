@@ -127,6 +127,37 @@ class LanguageModelDataModule(L.LightningDataModule):
             raise ValueError(f"corpus {self.corpus_name!r} has no {split!r} split (it has: {have})")
         return self._windows[split]
 
+    # -- checkpoints: what a resume must find unchanged (training/resume.py) ----------------------------
+    def _fingerprint(self) -> dict[str, Any]:
+        from ..training.resume import data_fingerprint
+
+        world = self.trainer.world_size if self.trainer is not None else 1
+        key = (id(self.corpus), world)
+        if getattr(self, "_fingerprint_cache", (None,))[0] != key:  # hashing the splits once per corpus
+            self._fingerprint_cache = (key, data_fingerprint(self.corpus, self.batch_size, self.bptt, self.eval_batch_size, world))
+        return self._fingerprint_cache[1]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self._fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Refuse (:class:`~dsf_lightning.training.resume.ResumeMismatchError`) to resume training from a
+        checkpoint written with another corpus or stream layout; another number of processes is allowed."""
+        if self.trainer is None or self.trainer.state.fn != "fit":
+            return  # validate / test a checkpoint on any data
+        from ..training.resume import check_data_fingerprint
+
+        saved, now = state.get("fingerprint"), self._fingerprint()
+        check_data_fingerprint(saved, now)
+        if saved and saved.get("world_size") not in (None, now["world_size"]):
+            from lightning.pytorch.utilities import rank_zero_warn
+
+            rank_zero_warn(
+                f"resuming a run of {saved['world_size']} processes on {now['world_size']}: the streams and the "
+                "carried state continue exactly, but dropout masks are drawn per process, so with dropout the "
+                "run is no longer bit-identical to one that never stopped"
+            )
+
     def train_dataloader(self) -> StreamWindows:
         return self._split("train")
 
