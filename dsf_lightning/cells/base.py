@@ -113,8 +113,8 @@ class RecurrentCell(nn.Module, abc.ABC):
 
     #: the registry name, filled in by :func:`dsf_lightning.cells.register_cell`
     cell_name: ClassVar[str] = ""
-    #: which state tensor is the recurrent hidden state h that variational dropout masks (SCRN eq. 9
-    #: masks h, never the context s); None when no state should be masked
+    #: which state tensor is the recurrent hidden state h (SCRN eq. 9 drops h where the recurrent weights
+    #: read it, never the context s; the Sobolev penalty differentiates h_t by h_(t-1)); None: none
     recurrent_state_index: ClassVar[int | None] = 0
     #: whether recurrent weight matrices read that state, so that variational dropout has somewhere to
     #: act (False for the IRLM, whose only recurrence is diagonal and carried)
@@ -172,13 +172,14 @@ class RecurrentCell(nn.Module, abc.ABC):
             ref = next(self.parameters(), None)
             kw = {"dtype": ref.dtype, "device": ref.device} if ref is not None else {}
             state = tuple(torch.full((2, n), 0.1, **kw).requires_grad_() for n in self.state_sizes)
-            was_training = self.training
-            self.eval()
+            modes = [(m, m.training) for m in self.modules()]
+            self.eval()  # no dropout draws: the RNG stream (exact resume) is untouched
             try:
                 with torch.enable_grad():
                     out, new = self.recur(self.project_inputs(torch.zeros(2, self.input_size, **kw)), state)
             finally:
-                self.train(was_training)
+                for m, mode in modes:
+                    m.training = mode
             cache = self.__dict__["_output_reads"] = tuple(_graph_reaches(out, s) for s in new)
         return cache[index]
 

@@ -229,6 +229,19 @@ def test_mask_only_where_the_recurrent_weights_read_the_state(name, options, equ
         for t in range(T):
             o, s = cell.step(x[:, t], s, state_masks=masks)
             torch.testing.assert_close(o, want_out[:, t], rtol=1e-10, atol=1e-12)
+    # gradients: the default path (fused loop / sequence products with masked operands) == the step loop
+    grads = []
+    for run in (cell.forward, cell.forward_reference):
+        xs = x.clone().requires_grad_()
+        st = tuple(v.clone().requires_grad_() for v in state0)
+        out, fin = run(xs, st, state_masks=masks)
+        loss = (out * torch.linspace(-1, 1, out.shape[-1], dtype=F64)).sum() + sum((v**2).sum() for v in fin)
+        grads.append(torch.autograd.grad(loss, [xs, *st, *cell.parameters()], allow_unused=True))
+    for a, b in zip(*grads):
+        if b is None:
+            assert a is None or torch.count_nonzero(a) == 0
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_every_cell_with_a_recurrent_matrix_is_checked_against_its_equations():
