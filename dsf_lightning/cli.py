@@ -98,7 +98,7 @@ def is_task_recipe(argv: Sequence[str]) -> bool:
     """Whether ``argv`` (its ``--config`` files, ``--model`` / ``--data`` values) names the model or the
     data by ``class_path``: the sequence-task form (``SequenceClassifier`` + a task DataModule) rather
     than the language-model form (plain ``model:`` / ``data:`` keys)."""
-    from .training.guards import _config_source
+    from .training.recipe_guard import config_source as _config_source
 
     args = [str(a) for a in argv]
     for i, arg in enumerate(args):
@@ -184,12 +184,17 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     from .data.datamodule import LanguageModelDataModule
     from .training import LanguageModelModule
     from .training.checkpoint_io import AtomicCheckpointIO
-    from .training.guards import check_recipe_imports, check_trainer_counts
+    from .training.guards import check_trainer_counts
+    from .training.recipe_guard import check_checkpoint, check_parsed_config, guarded
 
-    check_recipe_imports(argv)  # no class_path / callable outside the trusted packages (UnsafeRecipeError)
     task_mode = is_task_recipe(argv)
 
     class DSFCLI(LightningCLI):
+        def __init__(self, *args, **kwargs) -> None:
+            # parse, instantiate and run under the recipe policy: only the allowed classes are imported,
+            # nothing is built from Any values, YAML is bounded (recipe_guard; UnsafeRecipeError otherwise)
+            guarded(super().__init__, *args, **kwargs)
+
         def add_arguments_to_parser(self, parser) -> None:
             if task_mode:
                 # what the data decides (vocabulary, features, classes): a YAML value for these is ignored.
@@ -210,10 +215,19 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             model = self.config.get(sub, {}).get("model") if sub else None
             self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
 
+        def _parse_ckpt_path(self) -> None:
+            # LightningCLI parses the checkpoint's hyper_parameters into the config: weights-only and bounded
+            # first (recipe_guard.check_checkpoint); their class paths then meet the allowlist like a recipe's
+            config = self.config.get(str(self.config.get("subcommand")), None) if self.config.get("subcommand") else None
+            if config is not None and config.get("ckpt_path"):
+                check_checkpoint(str(config.get("ckpt_path")))
+            super()._parse_ckpt_path()
+
         def before_instantiate_classes(self) -> None:
             _check_resume_options(self, argv)  # --ckpt_path: model options the checkpoint would silently replace
             # Lightning lists `devices` indices up front: refuse absurd counts (ValueError) before that
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+            check_parsed_config(config)  # no class spec left half-parsed in a plain-data option
             check_trainer_counts(config.get("trainer"))
 
         def instantiate_trainer(self, **kwargs):
@@ -255,7 +269,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
-        from .training.guards import UnsafeRecipeError
+        from .training.recipe_guard import UnsafeRecipeError
         from .training.resume import ResumeMismatchError
 
         try:

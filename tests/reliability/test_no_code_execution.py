@@ -5,8 +5,10 @@
   ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which makes Lightning's own loader unpickle it) and
   ``dsf fit --ckpt_path``.
 * jsonargparse imports the module of any ``class_path`` and resolves dotted names given to callables;
-  the ``dsf`` CLI refuses recipes naming anything outside lightning / torch / dsf_lightning before that
-  happens (a planted module that creates a marker when imported proves it was never imported).
+  under the ``dsf`` CLI it imports only the allowed classes (``recipe_guard``), checked before any import
+  (a planted module that creates a marker when imported proves it was never imported). The full attack
+  suite (every config / checkpoint form, getattr chains, Any values, hostile YAML) is
+  ``test_recipe_attacks.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from dsf_lightning.cli import main
 from dsf_lightning.hub.format import CheckpointError, pretrained_from_checkpoint
 from dsf_lightning.training.checkpoint_io import AtomicCheckpointIO, CheckpointLoadError
-from dsf_lightning.training.guards import UnsafeRecipeError, check_recipe_imports
+from dsf_lightning.training.recipe_guard import ALLOWED_PHRASE
 from tests.training.conftest import make_toy_corpus, quiet_trainer, toy_modules
 
 
@@ -167,7 +169,7 @@ HOSTILE_RECIPES = {
     """,
     "class_path inside cell_options": """
         model_cell_options:
-          dropout: {class_path: subprocess.Popen, init_args: {args: [touch, MARKER]}}
+            dropout: {class_path: subprocess.Popen, init_args: {args: [touch, MARKER]}}
     """,
     "class_path as the corpus": """
         data_corpus_override: {class_path: subprocess.Popen, init_args: {args: [touch, MARKER]}}
@@ -195,7 +197,7 @@ def test_a_recipe_naming_foreign_code_is_refused_before_anything_is_imported(nam
     hostile_counts["dsf fit recipe with foreign class_path / callable"] += 1
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "outside the trusted modules" in err and "nothing was imported" in err
+    assert ALLOWED_PHRASE in err and "nothing was imported" in err
     assert not marker.exists() and not planted.exists()
 
 
@@ -208,18 +210,20 @@ def test_a_recipe_naming_foreign_code_is_refused_before_anything_is_imported(nam
         ["--trainer.logger", "{class_path: os.system}"],
     ],
 )
-def test_command_line_overrides_naming_foreign_code_are_refused(argv, planted, hostile_counts):
+def test_command_line_overrides_naming_foreign_code_are_refused(argv, tmp_path, text_folder, planted, monkeypatch, capsys, hostile_counts):
+    monkeypatch.chdir(tmp_path)
     hostile_counts["dsf fit command-line class_path"] += 1
-    with pytest.raises(UnsafeRecipeError, match="outside the trusted modules"):
-        check_recipe_imports(["fit", *argv])
+    code = main(["fit", "--config", str(recipe(tmp_path, text_folder, "")), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and ALLOWED_PHRASE in err, err[-2000:]
     assert not planted.exists()
 
 
 def test_the_guard_is_what_stops_the_import(tmp_path, text_folder, planted, monkeypatch):
-    """Trusting the planted package (DSF_TRUSTED_MODULES) lets jsonargparse import it: the marker
+    """Trusting the planted class (DSF_TRUSTED_CLASSES) lets jsonargparse import it: the marker
     appears, so the refusals above are the guard's doing."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DSF_TRUSTED_MODULES", "dsf_planted_plugin")
+    monkeypatch.setenv("DSF_TRUSTED_CLASSES", "dsf_planted_plugin.Hook")
     path = recipe(tmp_path, text_folder, """
         trainer:
           callbacks:
@@ -254,27 +258,46 @@ def test_forged_checkpoint_hyper_parameters_cannot_import_code(real_checkpoint, 
     torch.save(ckpt, forged)
     code = main(["fit", "--data.corpus", "text-folder", "--data.data_root", str(text_folder), "--ckpt_path", str(forged)])
     assert code == 2
-    assert "hyper_parameters.cell_options.x.class_path" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "dsf_planted_plugin.Hook" in err and ALLOWED_PHRASE in err
     assert not planted.exists()
 
 
-def test_every_shipped_recipe_passes_the_guard():
+def test_every_class_path_of_the_shipped_recipes_is_allowed():
+    """The recipes name only allowed classes (test_recipes.py parses each through the guarded CLI)."""
     from pathlib import Path
 
+    import yaml
+
+    from dsf_lightning.training.recipe_guard import _import_paths, allowed_classes
+
+    allowed = _import_paths(allowed_classes())
     recipes = sorted((Path(__file__).resolve().parents[2] / "recipes").rglob("*.yaml"))
     assert recipes
+    named = set()
     for path in recipes:
-        check_recipe_imports(["fit", "--config", str(path)])
+        stack = [yaml.safe_load(path.read_text())]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                named.update(v for k, v in node.items() if k == "class_path")
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+    assert named and named <= allowed, sorted(named - allowed)
 
 
-def test_a_foreign_class_path_in_a_nested_config_file_is_refused(tmp_path, planted):
+def test_a_foreign_class_path_in_a_nested_config_file_is_refused(tmp_path, text_folder, planted, monkeypatch, capsys):
     """jsonargparse reads a group given as a file name (``trainer: trainer.yaml``, relative to the
-    config that names it): the guard follows it."""
+    config that names it): what it names meets the same allowlist."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "trainer.yaml").write_text("callbacks:\n  - class_path: dsf_planted_plugin.Hook\n")
-    (tmp_path / "parts" / "outer.yaml").write_text("trainer: trainer.yaml\n")
-    with pytest.raises(UnsafeRecipeError, match=r"outer\.yaml\.trainer \(.*parts/trainer\.yaml\)\.callbacks\[0\]\.class_path"):
-        check_recipe_imports(["fit", "--config", str(tmp_path / "parts" / "outer.yaml")])
-    with pytest.raises(UnsafeRecipeError, match="dsf_planted_plugin.Hook"):
-        check_recipe_imports(["fit", "--trainer", str(tmp_path / "parts" / "trainer.yaml")])
+    base = recipe(tmp_path, text_folder, "")
+    (tmp_path / "parts" / "outer.yaml").write_text(base.read_text().replace("trainer:\n  max_steps: 1\n  logger: false\n", "") + "trainer: trainer.yaml\n")
+    for argv in (["--config", str(tmp_path / "parts" / "outer.yaml")],
+                 ["--config", str(base), "--trainer", str(tmp_path / "parts" / "trainer.yaml")]):
+        code = main(["fit", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and "dsf_planted_plugin.Hook" in err and ALLOWED_PHRASE in err, err[-2000:]
     assert not planted.exists()

@@ -1,0 +1,482 @@
+"""What a recipe, a command line or a checkpoint may make the ``dsf`` command line import and build.
+
+jsonargparse (under LightningCLI) imports whatever a ``class_path`` (or a value given where a callable
+is expected) names, falling back to ``getattr`` on a parent module, so ``torch.serialization.io.FileIO``
+reaches ``io.FileIO`` and ``torch.utils.cpp_extension.subprocess.Popen`` reaches ``subprocess.Popen``;
+and it instantiates class specs found in values typed ``Any`` (``data.corpus``, ``model.cell_options``).
+A check of the *text* of a recipe cannot follow every way of giving a config (files without a suffix,
+abbreviated options, group files, environment variables, ``ckpt_path`` inside a config, checkpoint
+hyper-parameters), so the policy is enforced where jsonargparse resolves names, while the CLI runs
+(:func:`recipe_policy`):
+
+* **an allowlist of classes** (:data:`ALLOWED_CLASSES`, plus ``$DSF_TRUSTED_CLASSES``): a name is
+  imported only when it is exactly one of these classes' import paths, checked *before* the import and
+  again on the object's defining path after it (jsonargparse's import-path policy, denying ``*``, plus an
+  exact-match check in front of it: a name *below* an allowed class, such as a method, is refused too);
+* **no instantiation from untyped values**: a class spec inside an ``Any`` / ``dict[str, Any]`` value is
+  validated against the allowlist and kept as plain data, never built;
+* **bounded configs**: every YAML value jsonargparse loads, and a ``--ckpt_path`` checkpoint's
+  ``hyper_parameters``, are measured iteratively first: more than :data:`MAX_CONFIG_DEPTH` levels of
+  nesting, more than :data:`MAX_CONFIG_VALUES` values once YAML aliases (or shared pickle references)
+  are expanded, or a structure that contains itself, is refused in milliseconds (an alias bomb of a few
+  hundred bytes expands to 387 million strings; a 3000-deep list overflows Python's recursion).
+
+A refusal raises :class:`UnsafeRecipeError` (``dsf fit`` prints it and exits with code 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import logging
+import os
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ALLOWED_CLASSES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_CONFIG_VALUES",
+    "TRUSTED_CLASSES_ENV",
+    "ConfigTooComplexError",
+    "UnsafeRecipeError",
+    "allowed_classes",
+    "check_checkpoint",
+    "check_config_structure",
+    "recipe_policy",
+]
+
+# The classes a recipe, a command line or a checkpoint may name: the project's modules, data modules and
+# callbacks; the Lightning callbacks, loggers, plugins, strategies, profilers and accelerators a training
+# run configures; torch's optimizers and learning-rate schedulers (LightningCLI's --optimizer /
+# --lr_scheduler). Classes whose arguments are callables (LambdaCallback, LambdaLR, MultiplicativeLR) or
+# arbitrary objects (SequentialLR, ChainedScheduler) are left out on purpose: they hand a recipe a call.
+ALLOWED_CLASSES: tuple[str, ...] = (
+    # dsf_lightning
+    "dsf_lightning.training.LanguageModelModule",
+    "dsf_lightning.data.datamodule.LanguageModelDataModule",
+    "dsf_lightning.tasks.SequenceClassifier",
+    "dsf_lightning.tasks.SequenceTagger",
+    "dsf_lightning.tasks.TomitaDataModule",
+    "dsf_lightning.tasks.BalancedParenthesesDataModule",
+    "dsf_lightning.tasks.PalindromeDataModule",
+    "dsf_lightning.tasks.CopyingMemoryDataModule",
+    "dsf_lightning.tasks.IMDBSentimentDataModule",
+    "dsf_lightning.tasks.PixelMNISTDataModule",
+    "dsf_lightning.training.callbacks.ColumnNormalization",
+    "dsf_lightning.training.callbacks.PolyakAveraging",
+    "dsf_lightning.training.callbacks.GradientNormMonitor",
+    "dsf_lightning.training.callbacks.CpuTimeBudget",
+    "dsf_lightning.training.guards.NonFiniteGuard",
+    "dsf_lightning.training.checkpoint_io.AtomicCheckpointIO",
+    # Lightning callbacks
+    "lightning.pytorch.callbacks.ModelCheckpoint",
+    "lightning.pytorch.callbacks.EarlyStopping",
+    "lightning.pytorch.callbacks.LearningRateMonitor",
+    "lightning.pytorch.callbacks.TQDMProgressBar",
+    "lightning.pytorch.callbacks.RichProgressBar",
+    "lightning.pytorch.callbacks.ModelSummary",
+    "lightning.pytorch.callbacks.RichModelSummary",
+    "lightning.pytorch.callbacks.Timer",
+    "lightning.pytorch.callbacks.DeviceStatsMonitor",
+    "lightning.pytorch.callbacks.GradientAccumulationScheduler",
+    "lightning.pytorch.callbacks.StochasticWeightAveraging",
+    "lightning.pytorch.callbacks.OnExceptionCheckpoint",
+    # Lightning loggers
+    "lightning.pytorch.loggers.CSVLogger",
+    "lightning.pytorch.loggers.TensorBoardLogger",
+    # Lightning plugins, strategies, profilers, accelerators
+    "lightning.pytorch.plugins.TorchCheckpointIO",
+    "lightning.pytorch.plugins.MixedPrecision",
+    "lightning.pytorch.plugins.HalfPrecision",
+    "lightning.pytorch.plugins.DoublePrecision",
+    "lightning.pytorch.plugins.Precision",
+    "lightning.pytorch.plugins.environments.LightningEnvironment",
+    "lightning.pytorch.plugins.environments.SLURMEnvironment",
+    "lightning.pytorch.plugins.environments.TorchElasticEnvironment",
+    "lightning.pytorch.strategies.DDPStrategy",
+    "lightning.pytorch.strategies.SingleDeviceStrategy",
+    "lightning.pytorch.profilers.SimpleProfiler",
+    "lightning.pytorch.profilers.AdvancedProfiler",
+    "lightning.pytorch.accelerators.CPUAccelerator",
+    "lightning.pytorch.accelerators.CUDAAccelerator",
+    # torch optimizers and schedulers
+    "torch.optim.SGD",
+    "torch.optim.Adam",
+    "torch.optim.AdamW",
+    "torch.optim.Adagrad",
+    "torch.optim.Adadelta",
+    "torch.optim.Adamax",
+    "torch.optim.ASGD",
+    "torch.optim.NAdam",
+    "torch.optim.RAdam",
+    "torch.optim.RMSprop",
+    "torch.optim.Rprop",
+    "torch.optim.lr_scheduler.StepLR",
+    "torch.optim.lr_scheduler.MultiStepLR",
+    "torch.optim.lr_scheduler.ExponentialLR",
+    "torch.optim.lr_scheduler.CosineAnnealingLR",
+    "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts",
+    "torch.optim.lr_scheduler.CyclicLR",
+    "torch.optim.lr_scheduler.OneCycleLR",
+    "torch.optim.lr_scheduler.LinearLR",
+    "torch.optim.lr_scheduler.ConstantLR",
+    "torch.optim.lr_scheduler.PolynomialLR",
+    "torch.optim.lr_scheduler.ReduceLROnPlateau",
+    "lightning.pytorch.cli.ReduceLROnPlateau",
+)
+TRUSTED_CLASSES_ENV = "DSF_TRUSTED_CLASSES"
+_RETIRED_ENV = "DSF_TRUSTED_MODULES"  # the former whole-package trust (a prefix reached subprocess.Popen)
+
+MAX_CONFIG_DEPTH = 64  # the shipped recipes nest 5 levels deep
+MAX_CONFIG_VALUES = 1_000_000  # values once aliases / shared references are expanded
+ALLOWED_PHRASE = "classes a dsf recipe may name"
+
+
+class UnsafeRecipeError(ValueError):
+    """A recipe, command line or checkpoint names code outside the allowed classes (it would be imported
+    or called), or is shaped to exhaust the parser (too deep, an alias bomb)."""
+
+
+try:  # jsonargparse's loaders report a YAMLError as "Problems parsing config" (exit code 2, no traceback)
+    import yaml as _yaml
+
+    _YAMLError: type[Exception] = _yaml.YAMLError
+except ImportError:  # pragma: no cover - PyYAML is a dependency of jsonargparse[signatures]
+    _YAMLError = ValueError
+
+
+class ConfigTooComplexError(UnsafeRecipeError, _YAMLError):
+    """A config value nested too deeply, expanding to too many values, or containing itself."""
+
+
+# ------------------------------------------------------------------------------------------ allowlist
+def _import_class(path: str, source: str) -> type:
+    module_name, _, name = path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise UnsafeRecipeError(f"{source}: cannot import {path!r} ({err}); give classes as package.module.Class") from None
+    if not inspect.isclass(obj):
+        raise UnsafeRecipeError(f"{source}: {path!r} is a {type(obj).__name__}, not a class; only classes can be allowed")
+    return obj
+
+
+def allowed_classes() -> dict[str, type]:
+    """The allowed classes by their given import path: :data:`ALLOWED_CLASSES` plus the comma-separated
+    class paths in ``$DSF_TRUSTED_CLASSES`` (your own callbacks: ``DSF_TRUSTED_CLASSES=my_pkg.cb.MyCallback``;
+    they are imported to learn where they are defined)."""
+    if os.environ.get(_RETIRED_ENV, "").strip():
+        log.warning("%s is no longer read (a package prefix let names reach e.g. subprocess.Popen); list the "
+                    "classes themselves in %s", _RETIRED_ENV, TRUSTED_CLASSES_ENV)
+    classes = {}
+    for path in ALLOWED_CLASSES:
+        module_name, _, name = path.rpartition(".")
+        try:
+            classes[path] = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError):  # an optional piece of an older / newer Lightning or torch
+            log.debug("allowed class %s is not available here", path)
+    extra = [p.strip() for p in os.environ.get(TRUSTED_CLASSES_ENV, "").split(",") if p.strip()]
+    for path in extra:
+        classes[path] = _import_class(path, f"${TRUSTED_CLASSES_ENV}")
+    return classes
+
+
+def _import_paths(classes: dict[str, type]) -> set[str]:
+    """Every name under which jsonargparse may import an allowed class: the given path, the defining
+    ``module.qualname`` (checked after the import) and jsonargparse's shortest path (what it writes back
+    into a parsed config and imports again when it instantiates)."""
+    try:
+        from jsonargparse._util import get_import_path
+    except ImportError:  # pragma: no cover - a jsonargparse without it: the other two paths
+        get_import_path = None
+    paths = set()
+    for path, cls in classes.items():
+        paths.update({path, f"{cls.__module__}.{cls.__qualname__}"})
+        if get_import_path is not None:
+            with contextlib.suppress(Exception):
+                paths.add(get_import_path(cls))
+    return paths
+
+
+def _summary(names) -> str:
+    """``pkg.mod.{A, B}; other.C``: the allowed classes, grouped by module."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        module, _, cls = name.rpartition(".")
+        groups.setdefault(module, []).append(cls)
+    return "; ".join(f"{m}.{{{', '.join(c)}}}" if len(c) > 1 else f"{m}.{c[0]}" for m, c in groups.items())
+
+
+def denied_message(path: str, allowed_names) -> str:
+    return (
+        f"{path!r} is not one of the {ALLOWED_PHRASE} (nothing was imported or built). A recipe, command line "
+        f"or checkpoint may name only these classes: {_summary(allowed_names)}. Values of options that take "
+        f"plain data (data.corpus, model.cell_options, data.corpus_options) never hold a class_path. To allow a "
+        f"class of your own, list its import path in ${TRUSTED_CLASSES_ENV} (comma-separated)"
+    )
+
+
+# ------------------------------------------------------------------------------------------ structure
+def _is_container(value: Any) -> bool:
+    return isinstance(value, (dict, list, tuple))
+
+
+def check_config_structure(value: Any, where: str = "the config") -> None:
+    """Raise :class:`ConfigTooComplexError` when ``value`` nests deeper than :data:`MAX_CONFIG_DEPTH`,
+    contains itself, or expands to more than :data:`MAX_CONFIG_VALUES` values (YAML aliases or shared
+    references counted at every use). Iterative, and each shared container is measured once: fast on the
+    inputs that make a recursive walk overflow or hang."""
+    if not _is_container(value):
+        return
+    measured: dict[int, tuple[int, int]] = {}  # id -> (values once expanded, depth)
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else list(node)
+        if children_done:
+            size, depth = 1, 1
+            for child in children:
+                if _is_container(child):
+                    child_size, child_depth = measured[id(child)]
+                    size, depth = size + child_size, max(depth, child_depth + 1)
+                else:
+                    size += 1
+            on_path.discard(key)
+            measured[key] = (size, depth)
+            if size > MAX_CONFIG_VALUES:
+                raise ConfigTooComplexError(
+                    f"{where} uses too many aliases: its YAML aliases (or shared references) expand it to more than "
+                    f"{MAX_CONFIG_VALUES:,} values, the shape of an alias bomb; write the values out or use fewer aliases"
+                )
+            continue
+        if key in measured:  # a shared container (an alias): measured once, counted at every use
+            continue
+        if key in on_path:
+            raise ConfigTooComplexError(f"{where} contains itself (a YAML alias inside the anchor it refers to); "
+                                        "write the value out")
+        if len(on_path) >= MAX_CONFIG_DEPTH:
+            raise ConfigTooComplexError(
+                f"{where} is nested more than {MAX_CONFIG_DEPTH} levels deep (recipes need about 5); "
+                "flatten the value"
+            )
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if _is_container(child))
+
+
+def _bounded(loader):
+    """A jsonargparse value loader that measures what it loaded (:func:`check_config_structure`)."""
+
+    def load(stream, *args, **kwargs):
+        value = loader(stream, *args, **kwargs)
+        check_config_structure(value)
+        return value
+
+    load.__signature__ = inspect.signature(loader)  # jsonargparse passes the loader's own keyword arguments
+    return load
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+def check_checkpoint(value: str) -> None:
+    """Check a ``--ckpt_path`` before LightningCLI reads its ``hyper_parameters`` into the config: it must
+    load weights-only (no pickled objects) and its hyper-parameters must be bounded
+    (:func:`check_config_structure`). The class paths in them meet the allowlist when they are parsed."""
+    import pickle
+    from pathlib import Path
+
+    import torch
+
+    path = Path(value)
+    try:
+        if not path.is_file():
+            return
+    except (OSError, ValueError):
+        return
+    try:
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except (RuntimeError, ValueError):  # not a zip checkpoint: mmap is unsupported
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnsafeRecipeError(
+            f"--ckpt_path {value}: holds Python objects that weights-only loading refuses "
+            f"({str(err).strip().splitlines()[0][:200]}); nothing was unpickled. Resume only from checkpoints you trust"
+        ) from None
+    except RecursionError:
+        raise ConfigTooComplexError(f"--ckpt_path {value}: its contents are nested too deeply to load") from None
+    except Exception:  # unreadable: Lightning reports it
+        return
+    if isinstance(ckpt, dict):
+        check_config_structure(ckpt.get("hyper_parameters"), f"--ckpt_path {value}: hyper_parameters")
+
+
+# ------------------------------------------------------------------------------------------- policy
+class _Policy:
+    """What :func:`recipe_policy` enforces, and the refusals it saw (``denied``)."""
+
+    def __init__(self) -> None:
+        self.classes = allowed_classes()
+        self.paths = _import_paths(self.classes)
+        self.denied: list[str] = []
+        self.too_complex: list[str] = []
+
+    def message(self) -> str | None:
+        if self.too_complex:
+            return self.too_complex[0]
+        if self.denied:
+            names = list(dict.fromkeys(self.denied))
+            return denied_message(", ".join(names), self.classes)
+        return None
+
+
+@contextlib.contextmanager
+def recipe_policy() -> Iterator[_Policy]:
+    """While the ``dsf`` LightningCLI parses, instantiates and runs: jsonargparse imports only the allowed
+    classes (exact import paths), never instantiates class specs in ``Any`` values, and loads only bounded
+    YAML. jsonargparse's settings are process-wide: they are restored on exit."""
+    import jsonargparse
+    from jsonargparse import _common, _loaders_dumpers
+
+    policy = _Policy()
+    saved_settings = dict(_common.parsing_settings)
+    saved_loader = (_loaders_dumpers.loaders.get("yaml"), _loaders_dumpers.loader_exceptions.get("yaml"),
+                    _loaders_dumpers.loader_json_superset.get("yaml"), _loaders_dumpers.loader_params.get("yaml"))
+    saved_yaml_load = _loaders_dumpers.yaml_load
+    patched: list[tuple[Any, str, Any]] = []
+
+    def exact(original):
+        def check_import_path(path: str) -> None:
+            # jsonargparse's own policy (the allowlist below, '*' denied) matches prefixes: a method of an
+            # allowed class would pass it. Only the exact import paths of the allowed classes go on.
+            if path not in policy.paths:
+                policy.denied.append(path)
+                # short here (jsonargparse may repeat it once per member of a Union); guarded() prints
+                # the full message, with the allowed classes, as the command's error
+                raise _common.ImportDenied(f"{path!r} is not one of the {ALLOWED_PHRASE} (nothing was imported)")
+            original(path)
+
+        return check_import_path
+
+    def bounded_yaml(loader):
+        bounded = _bounded(loader)
+
+        def load(stream, *args, **kwargs):
+            try:
+                return bounded(stream, *args, **kwargs)
+            except ConfigTooComplexError as err:
+                policy.too_complex.append(str(err))
+                raise
+
+        load.__signature__ = inspect.signature(loader)
+        return load
+
+    try:
+        jsonargparse.set_parsing_settings(
+            import_path_denylist=["*"],
+            import_path_allowlist=sorted(policy.paths),
+            instantiate_subclass_spec_in_any=False,
+            validate_subclass_spec_in_any=True,  # a foreign class_path in an Any value fails the parse
+        )
+        for module_name in ("jsonargparse._util", "jsonargparse._typehints"):
+            module = importlib.import_module(module_name)
+            if hasattr(module, "check_import_path"):
+                patched.append((module, "check_import_path", module.check_import_path))
+                module.check_import_path = exact(module.check_import_path)
+        original_yaml = _loaders_dumpers.loaders["yaml"]
+        jsonargparse.set_loader("yaml", bounded_yaml(original_yaml), exceptions=(_YAMLError,))
+        _loaders_dumpers.yaml_load = bounded_yaml(saved_yaml_load)  # what json_or_yaml_load calls directly
+        yield policy
+    finally:
+        for module, name, original in reversed(patched):
+            setattr(module, name, original)
+        _loaders_dumpers.yaml_load = saved_yaml_load
+        for table, value in zip(
+            (_loaders_dumpers.loaders, _loaders_dumpers.loader_exceptions, _loaders_dumpers.loader_json_superset,
+             _loaders_dumpers.loader_params),
+            saved_loader,
+        ):
+            if value is None:
+                table.pop("yaml", None)
+            else:
+                table["yaml"] = value
+        _common.parsing_settings.clear()
+        _common.parsing_settings.update(saved_settings)
+
+
+def check_parsed_config(config: Any) -> None:
+    """Refuse what a parse left that no option type took: ``--data.corpus.class_path X --data.corpus.init_args
+    {...}`` on an option that takes plain data (``Any``) ends as jsonargparse's internal ``NestedArg``
+    (never built, but the option's own check would fail with an obscure message)."""
+    from jsonargparse import Namespace
+    from jsonargparse._util import NestedArg
+
+    stack: list[tuple[str, Any]] = [("", config)]
+    seen: set[int] = set()
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, NestedArg):
+            raise UnsafeRecipeError(
+                f"{where}: `--{where}.{node.key} ...` sets a field inside an option that takes plain data: nothing "
+                f"there is a class to build (a class_path in it is never instantiated). Give the whole value, "
+                f"e.g. --{where} '<value>'"
+            )
+        if id(node) in seen:
+            continue
+        if isinstance(node, Namespace):
+            seen.add(id(node))
+            stack.extend((f"{where}.{k}" if where else k, v) for k, v in node.items(branches=True, nested=False))
+        elif isinstance(node, dict):
+            seen.add(id(node))
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            seen.add(id(node))
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+
+
+def guarded(call, *args, **kwargs):
+    """``call(*args, **kwargs)`` (a LightningCLI's construction: parse, instantiate, run) under
+    :func:`recipe_policy`. A parse that failed because of the policy (jsonargparse printed its usage
+    error and exits) is re-raised as :class:`UnsafeRecipeError` naming the refused class paths or the
+    unbounded YAML, and what is allowed."""
+    from jsonargparse._common import ImportDenied
+
+    with recipe_policy() as policy:
+        try:
+            return call(*args, **kwargs)
+        except SystemExit as exit_:
+            if exit_.code in (0, None) or policy.message() is None:
+                raise
+            message = policy.message()
+        except (ImportDenied, ConfigTooComplexError) as err:  # outside a parse (e.g. at instantiation)
+            message = policy.message() or str(err)
+    raise UnsafeRecipeError(message)
+
+
+# --------------------------------------------------------------------------------- recipe form sniffing
+def _load_yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, RecursionError):
+        return text  # not YAML, or hostile: jsonargparse's (bounded) loader reports it
+
+
+def config_source(value: str) -> tuple[Any, str]:
+    """A ``--config`` (or group config) value as :func:`dsf_lightning.cli.is_task_recipe` reads it to pick
+    the recipe form: the parsed file when ``value`` names a regular file (any suffix, as jsonargparse
+    reads it), else the value as inline YAML. Only the top-level keys are looked at (no walk)."""
+    from pathlib import Path
+
+    try:
+        path = Path(value)
+        if path.is_file() and path.stat().st_size <= 16 * 1024 * 1024:
+            return _load_yaml(path.read_text(encoding="utf-8", errors="replace")), str(path)
+    except (OSError, ValueError):
+        pass
+    return _load_yaml(value), "inline value"
