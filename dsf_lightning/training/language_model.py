@@ -11,7 +11,10 @@ and every training step seeds the RNG from (seed, epoch, window, rank), so a res
 same dropout masks as one that never stopped.
 
 Iterative inference (DSF paper sec 2.5, off by default): after the backward pass the carried state
-takes one gradient step ``h_T <- h_T - lambda * dL/dh_T`` (lambda in {0.05, 0.1, 0.15} in the paper).
+takes one gradient step ``h_T <- h_T - lambda * dL/dh_T`` (lambda in {0.05, 0.1, 0.15} in the paper),
+with ``L`` the window's *summed* negative log-likelihood, the paper's eq. 15 (so each stream's state
+moves along the gradient of its own loss, whatever the batch size and window length; the optimizer
+sees the mean per token, which Adam does not mind but a step on the state would: 1 / (B T) smaller).
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ LN2 = math.log(2.0)
 
 
 def refine_carried_state(
-    model: RecurrentLM, final_state: ModelState, carried: ModelState, step: float, scale: float = 1.0
+    model: RecurrentLM, final_state: ModelState, carried: ModelState, step: float, grad_scale: float = 1.0
 ) -> ModelState:
     """One step of iterative inference (DSF sec. 2.5): ``carried - step * dL/dh_T`` for every state tensor,
-    reading ``dL/dh_T`` from ``final_state``'s ``.grad`` (``retain_grad`` before the backward pass; divided
-    by ``scale``, the AMP loss scale). A state the last output does not read has ``dL/dh_T = 0`` and stays;
+    reading ``dL/dh_T`` as ``grad_scale`` times ``final_state``'s ``.grad`` (``retain_grad`` before the
+    backward pass; ``grad_scale`` turns the gradient of the loss that was back-propagated into that of
+    ``L``, e.g. tokens / AMP loss scale). A state the last output does not read has ``dL/dh_T = 0`` and stays;
     one it reads but that got no gradient is a bug of the path that produced it (a final state cut off
     the loss graph), raised as :class:`RuntimeError` rather than silently skipped."""
     refined = []
@@ -46,7 +50,7 @@ def refine_carried_state(
         new = []
         for j, (s, c) in enumerate(zip(states, kept)):
             if s.grad is not None:
-                new.append(c - step * (s.grad.float() / scale))
+                new.append(c - step * (s.grad.float() * grad_scale))
             elif layer.output_reads_state(j):
                 raise RuntimeError(
                     f"iterative inference: no gradient reached the final state {j} of layer {i} ({layer.cell_name or type(layer).__name__}), "
@@ -74,7 +78,8 @@ class LanguageModelModule(L.LightningModule):
             the cell option ``r_parametrization: direct``, so that it is the rate of r itself).
         lr_halving_patience: halve the learning rate when ``val_loss`` has not improved for this many
             validations (None: never).
-        iterative_inference_step: lambda of DSF sec 2.5 (0: off).
+        iterative_inference_step: lambda of DSF sec 2.5 (0: off): the carried state steps by lambda times
+            the gradient of the window's summed NLL (eq. 15; see the module docstring).
         sobolev_weight: beta of the Sobolev penalty on ||dh_t/dh_{t-1}||_F^2 (SCRN paper sec 7, eq. 10;
             0: off), over ``sobolev_layers`` (None: all).
         l1_weight: strength of an L1 penalty on every weight matrix (IRLM paper Table 2, "IRLM (L1 reg)";
@@ -298,8 +303,13 @@ class LanguageModelModule(L.LightningModule):
         step = self.hparams.iterative_inference_step
         scaler = getattr(self.trainer.precision_plugin, "scaler", None)
         scale = float(scaler.get_scale()) if scaler is not None else 1.0
-        self._carried["train"] = refine_carried_state(self.model, self._final_state, self._carried["train"], step, scale)
+        # back-propagated: mean NLL per token / accumulate_grad_batches * AMP scale; wanted: the summed NLL
+        grad_scale = self._final_tokens * self.trainer.accumulate_grad_batches / scale
+        self._carried["train"] = refine_carried_state(
+            self.model, self._final_state, self._carried["train"], step, grad_scale
+        )
         self._final_state = None
+            self._final_tokens = targets.numel()  # the loss is a mean over these: eq. 15 sums them
 
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluation_step(self, stage: str, batch: tuple[Tensor, Tensor, Tensor]) -> None:

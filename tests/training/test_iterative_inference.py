@@ -121,3 +121,45 @@ def test_lm_train_losses_change_with_iterative_inference_on_the_default_path(toy
     assert len(runs[0.0]) == len(runs[0.5]) == 4
     assert runs[0.0][0] == runs[0.5][0]  # window 0 starts from zeros either way
     assert all(a != b for a, b in zip(runs[0.0][1:], runs[0.5][1:])), runs
+
+
+@pytest.mark.parametrize("cell", ["delta-rnn", "lstm"])
+def test_lm_refinement_is_lambda_times_the_gradient_of_the_summed_nll(toy_corpus, cell):
+    """DSF eq. 15 sums the NLL over tokens; the refinement steps each stream's state along the gradient of
+    that sum (not of the optimizer's mean per token, 1 / (B T) of it), also under gradient accumulation.
+    Expected values: the window's summed cross-entropy differentiated here, in float64."""
+    import copy
+
+    import lightning as L
+    import torch.nn.functional as F
+
+    step = 0.3
+    seen = []
+
+    class Watch(L.Callback):
+        def on_train_batch_start(inner, trainer, module, batch, batch_idx):
+            carried = module._carried["train"]
+            seen.append({"model": copy.deepcopy(module.model), "batch": [b.clone() for b in batch[:2]],
+                         "start": None if batch_idx == 0 else tuple(tuple(s.clone() for s in l) for l in carried)})
+
+        def on_train_batch_end(inner, trainer, module, outputs, batch, batch_idx):
+            seen[-1]["end"] = tuple(tuple(s.clone() for s in l) for l in module._carried["train"])
+
+    L.seed_everything(0, verbose=False)
+    module, data = toy_modules(toy_corpus, cell=cell, iterative_inference_step=step)
+    quiet_trainer(max_steps=1, accumulate_grad_batches=2, callbacks=[Watch()], limit_val_batches=0).fit(module, data)
+    assert len(seen) == 2  # two windows, one optimizer step: both windows ran with the same weights
+    for record in seen:
+        model = record["model"].double().train()
+        inputs, targets = record["batch"]
+        start = None if record["start"] is None else tuple(tuple(s.double() for s in l) for l in record["start"])
+        y, final = model.features(inputs, start)
+        nll_sum = F.cross_entropy(model.decode(y).reshape(-1, model.config.vocab_size),
+                                  targets.reshape(-1), reduction="sum")  # eq. 15
+        flat = [s for layer in final for s in layer]
+        grads = torch.autograd.grad(nll_sum, flat)
+        want = [s.detach() - step * g for s, g in zip(flat, grads)]
+        got = [s for layer in record["end"] for s in layer]
+        assert any(float(g.abs().max()) > 1e-3 for g in grads)
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=2e-5)
