@@ -196,6 +196,11 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             guarded(super().__init__, *args, **kwargs)
 
         def add_arguments_to_parser(self, parser) -> None:
+            parser.add_argument(
+                "--nonfinite_guard", type=bool, default=True,
+                help="add NonFiniteGuard (skip NaN / inf steps, stop on non-finite weights) unless trainer.callbacks "
+                "has one; false: train without it",
+            )
             if task_mode:
                 # what the data decides (vocabulary, features, classes): a YAML value for these is ignored.
                 # `end_token` is not linked (SequenceTagger has none); SequenceClassifier.setup checks it
@@ -209,12 +214,6 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             # fine-tuning: the data is encoded with the vocabulary of the model it starts from
             parser.link_arguments("model.init_from", "data.vocab_from", apply_on="parse")
 
-        def parse_arguments(self, parser, args) -> None:
-            super().parse_arguments(parser, args)
-            sub = self.config.get("subcommand")  # the model options as given, before --ckpt_path replaces them
-            model = self.config.get(sub, {}).get("model") if sub else None
-            self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
-
         def _parse_ckpt_path(self) -> None:
             # LightningCLI parses the checkpoint's hyper_parameters into the config: weights-only and bounded
             # first (recipe_guard.check_checkpoint); their class paths then meet the allowlist like a recipe's
@@ -222,6 +221,12 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             if config is not None and config.get("ckpt_path"):
                 check_checkpoint(str(config.get("ckpt_path")))
             super()._parse_ckpt_path()
+
+        def parse_arguments(self, parser, args) -> None:
+            super().parse_arguments(parser, args)
+            sub = self.config.get("subcommand")  # the model options as given, before --ckpt_path replaces them
+            model = self.config.get(sub, {}).get("model") if sub else None
+            self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
 
         def before_instantiate_classes(self) -> None:
             _check_resume_options(self, argv)  # --ckpt_path: model options the checkpoint would silently replace
@@ -239,6 +244,15 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
             if not any(isinstance(p, CheckpointIO) for p in plugins):
                 kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
+            # NaN / inf steps skipped, non-finite weights stop the run before their checkpoint (on by default)
+            from .training.guards import NonFiniteGuard
+
+            callbacks = kwargs.get("callbacks", config.get("callbacks"))
+            callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+            if self._get(self.config_init, "nonfinite_guard", default=True) and not any(
+                isinstance(c, NonFiniteGuard) for c in callbacks
+            ):
+                kwargs["callbacks"] = [*callbacks, NonFiniteGuard()]
             return super().instantiate_trainer(**kwargs)
 
     if task_mode:
@@ -270,13 +284,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
         from .training.recipe_guard import UnsafeRecipeError
+        from .model import ModelConfigError
+        from .training.checkpoint_io import NonFiniteCheckpointError
+        from .training.guards import NonFiniteError
         from .training.resume import ResumeMismatchError
 
         try:
             lightning_cli(argv)
-        except (UnsafeRecipeError, ResumeMismatchError) as err:
+        except (UnsafeRecipeError, ResumeMismatchError, ModelConfigError) as err:
             print(f"dsf {argv[0]}: error: {err}", file=sys.stderr)
             return 2
+        except (NonFiniteError, NonFiniteCheckpointError) as err:  # the run diverged
+            print(f"dsf {argv[0]}: error: {err}", file=sys.stderr)
+            return 1
         return 0
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

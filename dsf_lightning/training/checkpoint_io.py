@@ -39,7 +39,14 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from .._fs import fsync_dir
 
-__all__ = ["AtomicCheckpointIO", "CheckpointLoadError", "atomic_torch_save", "remove_stale_temporaries"]
+__all__ = [
+    "AtomicCheckpointIO",
+    "CheckpointLoadError",
+    "NonFiniteCheckpointError",
+    "atomic_torch_save",
+    "nonfinite_tensors",
+    "remove_stale_temporaries",
+]
 
 _TMP_MARK = ".tmp-"
 
@@ -47,6 +54,32 @@ _TMP_MARK = ".tmp-"
 class CheckpointLoadError(ValueError):
     """A checkpoint cannot be loaded safely (it holds objects that weights-only loading refuses,
     or it is not a readable checkpoint). The message names the file and what to do."""
+
+
+class NonFiniteCheckpointError(FloatingPointError):
+    """A checkpoint about to be written holds NaN or infinite weights, carried state or optimizer state;
+    :class:`AtomicCheckpointIO` refuses it (the file on disk stays the last finite one)."""
+
+
+def nonfinite_tensors(obj: Any, where: str = "", limit: int = 5) -> list[str]:
+    """The paths (``state_dict['model.x']``, ``optimizer_states[0]...``) of floating-point tensors in ``obj``
+    (nested dicts / lists) that hold NaN or infinity; at most ``limit``."""
+    found: list[str] = []
+    stack = [(where, obj)]
+    while stack and len(found) < limit:
+        path, value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all()):
+                found.append(path)
+        elif isinstance(value, dict):
+            stack.extend((f"{path}[{k!r}]" if path else str(k), v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return found
+
+
+# what a checkpoint resumes from: weights, the carried TBPTT state, the optimizer's moments
+_CHECKED_KEYS = ("state_dict", "dsf_carried_train_state", "optimizer_states")
 
 
 def _host_tag() -> str:
@@ -133,19 +166,35 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     adds it unless another ``CheckpointIO`` plugin is given). Remote paths (``s3://`` ...) are handed
     to Lightning's own fsspec writer, which is atomic on object stores.
 
+    A checkpoint whose weights, carried state or optimizer state hold NaN or infinity is refused with
+    :class:`NonFiniteCheckpointError` (the run ends with that error, the last finite file stays): a resume
+    from it could only go on producing NaN.
+
     Args:
         weights_only: what loading uses when the caller does not say (``True``: refuse pickled objects).
+        allow_nonfinite: write non-finite checkpoints anyway (e.g. to keep a diverged run for a post-mortem).
     """
 
-    def __init__(self, weights_only: bool = True) -> None:
+    def __init__(self, weights_only: bool = True, allow_nonfinite: bool = False) -> None:
         super().__init__()
         self.default_weights_only = bool(weights_only)
+        self.allow_nonfinite = bool(allow_nonfinite)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None:
             raise TypeError(
                 f"`Trainer.save_checkpoint(..., storage_options=...)` is not supported by {type(self).__name__}"
             )
+        if not self.allow_nonfinite:
+            bad = [p for key in _CHECKED_KEYS if key in checkpoint for p in nonfinite_tensors(checkpoint[key], key)]
+            if bad:
+                raise NonFiniteCheckpointError(
+                    f"{path}: not written: NaN or infinite values in {', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''} "
+                    f"at step {checkpoint.get('global_step', '?')} (the file there, if any, is the last finite "
+                    "checkpoint). The run diverged: lower the learning rate, set "
+                    "gradient_clip_val, or keep NonFiniteGuard on (`dsf fit` does by default). "
+                    "AtomicCheckpointIO(allow_nonfinite=True) writes such checkpoints anyway"
+                )
         if "://" in str(path) and not str(path).startswith("file://"):
             return super().save_checkpoint(checkpoint, path)
         local = Path(str(path)[len("file://"):] if str(path).startswith("file://") else path)

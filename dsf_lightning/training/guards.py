@@ -54,6 +54,11 @@ class NonFiniteGuard(L.Callback):
             skipped in the run (None: never).
         check_grads: also check the gradients (not only the loss).
         check_state: reset a carried training state that became non-finite even with a finite loss.
+        check_weights: after every optimizer step (at ``on_train_batch_end``, before any checkpoint of that
+            step is written: Lightning runs checkpoint callbacks last), raise :class:`NonFiniteError` when a
+            parameter holds NaN or infinity. A finite loss and finite gradients can still give non-finite
+            weights (an infinite or overflowing learning rate); that step cannot be undone, so the run stops
+            whatever ``action`` says.
         reset_state: reset the carried state after a skipped step (the module needs a
             ``reset_carried_state(stage)`` method, as :class:`LanguageModelModule` has).
 
@@ -69,6 +74,7 @@ class NonFiniteGuard(L.Callback):
         check_grads: bool = True,
         check_state: bool = True,
         reset_state: bool = True,
+        check_weights: bool = True,
     ) -> None:
         if action not in ("skip", "stop"):
             raise ValueError(f"action must be 'skip' or 'stop', got {action!r}")
@@ -78,6 +84,7 @@ class NonFiniteGuard(L.Callback):
         self.max_skips = max_skips
         self.check_grads = check_grads
         self.check_state = check_state
+        self.check_weights = check_weights
         self.reset_state = reset_state
         self.num_skips = 0
         self.num_state_resets = 0
@@ -140,6 +147,8 @@ class NonFiniteGuard(L.Callback):
         self._batch_idx = batch_idx
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.check_weights:
+            self._check_weights(trainer, pl_module)
         if not self.check_state:
             return
         carried = getattr(pl_module, "_carried", None)
@@ -153,6 +162,20 @@ class NonFiniteGuard(L.Callback):
                 f"NonFiniteGuard: the carried training state became non-finite at global step "
                 f"{trainer.global_step}; the next window starts from zeros"
             )
+
+    def _check_weights(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        params = [(n, p) for n, p in pl_module.named_parameters() if p.is_floating_point()]
+        if not params or bool(torch.stack([torch.isfinite(p.detach()).all() for _, p in params]).all()):
+            return  # one device sync per step, not one per tensor
+        bad = [n for n, p in params if not _finite(p)]
+        rates = sorted({g["lr"] for opt in trainer.optimizers for g in opt.param_groups})
+        raise NonFiniteError(
+            f"the weights are non-finite after the optimizer step at global step {trainer.global_step} "
+            f"(epoch {trainer.current_epoch}, batch {self._batch_idx}): {len(bad)} of {len(params)} parameter "
+            f"tensors hold NaN or infinity (first: {bad[0]}); lr {rates}. A step that was taken cannot be "
+            "skipped: stopping before any checkpoint of it is written (NonFiniteGuard). Lower the learning "
+            "rate, or check what changed the rate or the weights (a scheduler, param_group_lr, a callback)"
+        )
 
     @staticmethod
     def _reset(pl_module: L.LightningModule) -> None:

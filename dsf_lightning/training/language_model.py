@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
+from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
 from ..regularizers import l1_penalty, sobolev_penalty
 from .allocator import keep_freed_memory
 from .sampled_softmax import SampledLoss, decoder_parameters
@@ -61,6 +61,17 @@ def refine_carried_state(
                 new.append(c)
         refined.append(tuple(new))
     return tuple(refined)
+
+def _check_finite_options(**options) -> None:
+    """Raise :class:`ModelConfigError` for an option that is not a finite number (a YAML ``.inf`` / ``.nan``
+    would train every weight into NaN) or below its minimum (0, unless given as ``(value, None)``)."""
+    for name, value in options.items():
+        value, low = value if isinstance(value, tuple) else (value, 0.0)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or (low is not None and value < low):
+            bound = "" if low is None else f" >= {low:g}"
+            raise ModelConfigError(f"{name} must be a finite number{bound}, got {value!r}")
+
 
 class LanguageModelModule(L.LightningModule):
     """Train, validate and test a stacked recurrent LM on stream windows.
@@ -172,6 +183,10 @@ class LanguageModelModule(L.LightningModule):
             raise ValueError(f"l1_weight must be a number >= 0, got {l1_weight!r}")
         if lr_decay_after_epoch is not None and lr_halving_patience is not None:
             raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
+        _check_finite_options(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                              iterative_inference_step=iterative_inference_step, sobolev_weight=sobolev_weight,
+                              **{f"param_group_lr[{k!r}]": v for k, v in (param_group_lr or {}).items()},
+                              **({} if isinstance(nce_log_z, str) else {"nce_log_z": (nce_log_z, None)}))
         self.save_hyperparameters()
         # what the model is built with (under LightningCLI the hparams are the arguments as given)
         if pretrained is not None or budget_sizes is not None:

@@ -126,13 +126,23 @@ def test_a_parameter_set_to_inf_mid_run_stops_after_max_skips():
                     module.model.decoder.bias[3] = float("inf")
 
     module, data = modules()
-    guard = NonFiniteGuard(action="skip", max_skips=3)
+    guard = NonFiniteGuard(action="skip", max_skips=3, check_weights=False)
     trainer = quiet_trainer(max_epochs=1, callbacks=[Corrupt(), guard])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(NonFiniteError, match=r"4 steps skipped, more than max_skips=3.*diverging"):
             trainer.fit(module, data)
     assert guard.skipped_steps == [12, 13, 14]  # the step counter advances (the optimizer ran, with no gradient)
+
+    # checking the weights (the default) stops at the first step: skipping cannot repair a weight
+    module, data = modules()
+    guard = NonFiniteGuard(action="skip", max_skips=3)
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Corrupt(), guard])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NonFiniteError, match=r"weights are non-finite after the optimizer step at global step 13 .*model\.decoder\.bias"):
+            trainer.fit(module, data)
+    assert guard.skipped_steps == [12]
 
 
 def test_resume_after_a_skipped_step_is_exact(tmp_path):
