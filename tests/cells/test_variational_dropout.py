@@ -319,3 +319,41 @@ def test_masks_on_a_carried_only_state_are_refused():
     lstm = get_cell("lstm")(I, H)
     with pytest.raises(ValueError, match="state 1"):
         lstm.step(torch.randn(B, I), state_masks=(None, torch.ones(B, H)))
+
+
+def _variant_cases():
+    from .variants import VARIANTS
+
+    for name in list_cells():
+        for vid, options, *rest in VARIANTS.get(name, []):
+            yield pytest.param(name, options, rest[0] if rest else I, id=f"{name}[{vid}]")
+
+
+@pytest.mark.parametrize("name,options,input_size", list(_variant_cases()))
+def test_with_masks_step_loop_equals_sequence_equals_chunks(name, options, input_size):
+    """The central contract under variational dropout, for every registered cell variant (float64)."""
+    torch.manual_seed(0)
+    cell = get_cell(name)(input_size, H, **options).double().eval()  # masks act in any mode
+    if not cell.recurrent_dropout:
+        pytest.skip(f"{name} has no recurrent weight matrix (refuses masks)")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(B, T, input_size, generator=g, dtype=F64)
+    state0 = tuple(0.5 * torch.randn(B, n, generator=g, dtype=F64) for n in cell.state_sizes)
+    masks = _masks(cell, g)
+    with torch.no_grad():
+        whole, whole_state = cell(x, state0, state_masks=masks)
+        ref, ref_state = cell.forward_reference(x, state0, state_masks=masks)
+        parts, s = [], state0
+        for lo, hi in ((0, 2), (2, 3), (3, T)):
+            o, s = cell(x[:, lo:hi], s, state_masks=masks)
+            parts.append(o)
+        steps, st = [], state0
+        for t in range(T):
+            o, st = cell.step(x[:, t], st, state_masks=masks)
+            steps.append(o)
+        unmasked, _ = cell(x, state0)
+    for got, got_state in ((ref, ref_state), (torch.cat(parts, 1), s), (torch.stack(steps, 1), st)):
+        torch.testing.assert_close(got, whole, rtol=1e-10, atol=1e-12)
+        for a, b in zip(got_state, whole_state):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(unmasked, whole)  # the masks do act
