@@ -24,6 +24,8 @@ from collections import Counter
 from itertools import chain
 from typing import Callable, ClassVar, Iterable
 
+from .._json import JSONLimitError, loads_bounded
+
 logger = logging.getLogger(__name__)
 
 FORMAT = "dsf_lightning.tokenizer/1"
@@ -97,8 +99,10 @@ def tokenizer_from_json(text: str) -> "Tokenizer":
     an option or state of the wrong type) raises :class:`TokenizerError` naming the field.
     """
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as err:
+        data = loads_bounded(text)
+    except JSONLimitError as err:  # invalid, nested thousands deep, huge numbers: never a RecursionError
+        raise TokenizerError(f"invalid tokenizer JSON: {err}") from None
+    except TypeError as err:
         raise TokenizerError(f"invalid tokenizer JSON: {err}") from err
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TokenizerError(f"not a {FORMAT} document (its 'format' field must be {FORMAT!r})")

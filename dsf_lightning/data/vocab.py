@@ -15,6 +15,8 @@ import json
 from collections import Counter
 from typing import Iterable, Sequence
 
+from .._json import JSONLimitError, loads_bounded
+
 FORMAT = "dsf_lightning.vocabulary/1"
 
 
@@ -151,9 +153,9 @@ class Vocabulary:
     @classmethod
     def from_json(cls, text: str) -> "Vocabulary":
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise VocabularyError(f"invalid vocabulary JSON: {err}") from err
+            data = loads_bounded(text)
+        except JSONLimitError as err:  # invalid, nested thousands deep, huge numbers: never a RecursionError
+            raise VocabularyError(f"invalid vocabulary JSON: {err}") from None
         return cls.from_dict(data)
 
     def save(self, path) -> None:

@@ -17,6 +17,8 @@ import struct
 
 import torch
 
+from .._json import JSONLimitError, loads_bounded
+
 # dtypes the safetensors format defines, with their sizes in bytes (BOOL counts as one byte)
 DTYPE_SIZES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1,
@@ -72,8 +74,8 @@ def _parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
     if 8 + n > size:
         raise SafetensorsFormatError(f"the header length field says {n:,} bytes but the file has only {size - 8:,} after it: the file is truncated")
     try:
-        header = json.loads(data[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        header = loads_bounded(bytes(data[8 : 8 + n]))
+    except JSONLimitError as err:  # also: nested thousands deep, huge numbers (never a RecursionError)
         raise SafetensorsFormatError(f"the {n:,}-byte header is not valid UTF-8 JSON ({err})") from None
     if not isinstance(header, dict):
         raise SafetensorsFormatError(f"the header is a JSON {type(header).__name__}, not an object")

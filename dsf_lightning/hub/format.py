@@ -5,7 +5,9 @@ A folder holds (Hugging Face convention)::
     config.json         {"format": "dsf-lightning", "format_version": 1, "library_version": ...,
                          "model": LMConfig.to_dict(), "info": {...},
                          "weights": {"dtype": "float32" | "float16", "tied_weights": {...}},
-                         "files": {name: {"sha256": ..., "size": ...}}}   (checksums of the three below)
+                         "files": {name: {"sha256": ..., "size": ...}},   (checksums of the three below)
+                         "tokenizer": {"name": ..., "fingerprint": ...},  (what the model was trained
+                         "vocabulary": {"size": ..., "fingerprint": ...}}  with; absent in older folders)
     model.safetensors   the RecurrentLM state dict; every tensor stored once (tied / shared tensors are
                         recorded in the metadata, never duplicated); float16 storage halves the
                         parameters and loading casts them back to the model's float32
@@ -17,8 +19,11 @@ A folder holds (Hugging Face convention)::
 Loading is strict (unlike huggingface_hub's mixin, which keeps random weights for renamed keys): a
 missing or extra tensor, a shape that config.json does not imply, a checksum mismatch, a truncated or
 forged safetensors file, a pickle in disguise, a config that is not JSON or comes from a newer format,
-a missing file — each raises :class:`PretrainedFormatError` naming the file, what is wrong and what to
-do. Nothing is ever unpickled: JSON and safetensors only. Lightning checkpoints are read with
+a missing file, a tokenizer.json / vocab.json that is not the one config.json records (older folders:
+a tokenizer that cannot produce the vocabulary's symbols, or of another kind than ``info.tokenizer``),
+JSON nested deeper than 64 levels or holding a 30+-digit integer, a model.safetensors larger than the
+model config.json describes (refused from its size, before it is read) — each raises
+:class:`PretrainedFormatError` naming the file, what is wrong and what to do. Nothing is ever unpickled: JSON and safetensors only. Lightning checkpoints are read with
 ``torch.load(weights_only=True)``, which only rebuilds tensors and plain containers.
 """
 
@@ -30,6 +35,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import pickle
 import re
 import zipfile
@@ -40,6 +46,7 @@ from typing import Any, Sequence
 import torch
 
 from .. import __version__
+from .._json import JSONLimitError, loads_bounded
 from ..cells import UnknownCellError, get_cell, list_cells
 from ..data.tokenizers import Tokenizer, TokenizerError, get_tokenizer, tokenizer_from_json
 from ..data.vocab import Vocabulary, VocabularyError
@@ -62,6 +69,7 @@ FLOAT16_MAX = 65504.0
 MAX_JSON_BYTES = 256 * 1024 * 1024
 TIED = {"decoder.weight": "embedding.weight"}  # what tie_weights means in a RecurrentLM
 REDO = "re-export it (save_pretrained / `dsf export`) or download it again"
+HEADER_ALLOWANCE = 1 << 20  # bytes allowed for model.safetensors' header on top of its tensors
 
 
 class PretrainedFormatError(ValueError):
@@ -224,6 +232,9 @@ def save_pretrained(
             "info": info,
             "weights": {"dtype": dtype, "tied_weights": json.loads(metadata["tied_weights"]), "aliases": json.loads(metadata["aliases"])},
             "files": files,
+            # what the model was trained with: checked on load, so a swapped tokenizer.json / vocab.json is
+            # refused even when a forger rehashed "files" (issue 13 item 6)
+            **identity_records(pretrained.tokenizer, pretrained.vocab),
         }
         _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *CHECKSUMMED)}
@@ -233,6 +244,22 @@ def save_pretrained(
     path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
     logger.info("saved %s (%s weights)", path, dtype)
     return path
+
+
+def fingerprint(document: dict) -> str:
+    """sha256 of a canonical JSON rendering of ``document`` (a tokenizer's or vocabulary's ``to_dict()``):
+    the same content gives the same fingerprint however its file is formatted."""
+    text = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
+    """config.json's ``tokenizer`` and ``vocabulary`` records: which tokenizer (kind and fingerprint of its
+    options and learned state) and which vocabulary (size and fingerprint) the model was trained with."""
+    return {
+        "tokenizer": {"name": tokenizer.name, "fingerprint": fingerprint(tokenizer.to_dict())},
+        "vocabulary": {"size": len(vocab), "fingerprint": fingerprint(vocab.to_dict())},
+    }
 
 
 def _is_pretrained_folder(folder: Path) -> bool:
@@ -257,20 +284,26 @@ def _read_bytes(path: Path, limit: int | None = None) -> bytes:
     if limit is not None and size > limit:
         raise _fail(path, f"{size:,} bytes is far larger than such a file can be (limit {limit:,})")
     try:
-        return path.read_bytes()
+        with open(path, "rb") as f:  # never more than the limit, even if the file grows meanwhile
+            data = f.read() if limit is None else f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
     except OSError as err:
         raise _fail(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
+    if limit is not None and len(data) > limit:
+        raise _fail(path, f"grew past {limit:,} bytes while it was being read")
+    return data
 
 
 def _read_json(path: Path) -> Any:
+    """A JSON file, bounded (depth, integer sizes, no NaN: :func:`loads_bounded`); errors name the file
+    and the place in it (e.g. ``model.vocab_size``), never a RecursionError."""
     data = _read_bytes(path, MAX_JSON_BYTES)
     try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        return loads_bounded(data.decode("utf-8"))
+    except (UnicodeDecodeError, JSONLimitError) as err:
         if _safetensors._sniff_pickle(data):
             raise _fail(path, "is a binary pickle / zip file, not JSON (refused: nothing was unpickled)") from None
-        if isinstance(err, json.JSONDecodeError):
-            raise _fail(path, f"is not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        if isinstance(err, JSONLimitError):
+            raise _fail(path, str(err).removeprefix("it ")) from None
         raise _fail(path, f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
@@ -312,6 +345,79 @@ def _read_config(folder: Path) -> dict:
         if not (isinstance(record, dict) and isinstance(record.get("sha256"), str) and type(record.get("size")) is int):
             raise _fail(path, f"files[{name!r}] must record the file's sha256 and size")
     return config
+
+
+def _weights_bound(folder: Path, config: dict, expected: dict[str, torch.Tensor], lm_config: LMConfig) -> int:
+    """The most bytes model.safetensors can hold for the model config.json describes (every tensor of
+    its state dict in its own dtype, none shared, plus :data:`HEADER_ALLOWANCE`), checked against the
+    file's size on disk before anything is read: a forged (e.g. sparse multi-GB) file is refused
+    without allocating its size."""
+    path = folder / WEIGHTS_FILE
+    bound = HEADER_ALLOWANCE + sum(t.numel() * t.element_size() for t in expected.values())
+    if path.is_file():
+        size = path.stat().st_size
+        recorded = config["files"][WEIGHTS_FILE]["size"]
+        if size != recorded:
+            hint = " (truncated: an interrupted download or copy?)" if size < recorded else ""
+            raise _fail(path, f"has {size:,} bytes but {CONFIG_FILE} records {recorded:,}{hint}")
+        if size > bound:
+            raise _fail(path, f"has {size:,} bytes, but the model {CONFIG_FILE} describes ({_describe(lm_config)}) "
+                        f"stores at most {bound:,}: these are not its weights (forged or corrupted)")
+    return bound
+
+
+def _check_identity(folder: Path, config: dict, tokenizer: Tokenizer, vocab: Vocabulary) -> None:
+    """tokenizer.json and vocab.json are the ones the model was trained with (config.json's ``tokenizer``
+    and ``vocabulary`` records). A folder written before those records existed is checked by what can
+    be inferred: ``info.tokenizer`` (written by the checkpoint export) names the kind, and the tokenizer
+    must be able to produce the vocabulary's symbols."""
+    config_path, tok_path, vocab_path = folder / CONFIG_FILE, folder / TOKENIZER_FILE, folder / VOCAB_FILE
+    records = {key: config.get(key) for key in ("tokenizer", "vocabulary")}
+    for key, rec in records.items():
+        fields = ("name", "fingerprint") if key == "tokenizer" else ("size", "fingerprint")
+        if rec is not None and not (isinstance(rec, dict) and isinstance(rec.get("fingerprint"), str)
+                                    and type(rec.get(fields[0])) is (str if key == "tokenizer" else int)):
+            raise _fail(config_path, f"{key!r} must record the {' and '.join(fields)} of the model's {key}")
+    rec = records["tokenizer"]
+    if rec is not None:
+        if tokenizer.name != rec["name"]:
+            raise _fail(tok_path, f"holds a {tokenizer.name!r} tokenizer but {CONFIG_FILE} says the model was trained "
+                        f"with a {rec['name']!r} tokenizer: the file was swapped")
+        if fingerprint(tokenizer.to_dict()) != rec["fingerprint"]:
+            raise _fail(tok_path, f"is not the {rec['name']!r} tokenizer the model was trained with: its options or "
+                        f"learned state differ from {CONFIG_FILE}'s fingerprint (the file was swapped or edited)")
+    else:
+        named = config["info"].get("tokenizer")
+        if isinstance(named, str) and named != tokenizer.name:
+            raise _fail(tok_path, f"holds a {tokenizer.name!r} tokenizer but {CONFIG_FILE}'s info.tokenizer says the "
+                        f"model was trained with a {named!r} tokenizer: the file was swapped")
+        made, sampled = _producible(tokenizer, vocab)
+        if sampled and made * 2 < sampled:
+            raise _fail(tok_path, f"a {tokenizer.name!r} tokenizer produces only {made:,} of {sampled:,} sampled "
+                        f"symbols of {VOCAB_FILE}: it is not the tokenizer the model was trained with (swapped?)")
+    rec = records["vocabulary"]
+    if rec is not None and (len(vocab) != rec["size"] or fingerprint(vocab.to_dict()) != rec["fingerprint"]):
+        raise _fail(vocab_path, f"is not the vocabulary the model was trained with: its symbols (or their order) "
+                    f"differ from {CONFIG_FILE}'s fingerprint (the file was swapped or edited)")
+
+
+def _producible(tokenizer: Tokenizer, vocab: Vocabulary, sample: int = 2000) -> tuple[int, int]:
+    """How many of (up to ``sample``, evenly spaced) ordinary vocabulary symbols the tokenizer turns into
+    exactly that symbol: a word vocabulary read by a character tokenizer scores almost none."""
+    specials = {vocab.eos, vocab.unk}
+    symbols = [s for s in vocab.symbols if s not in specials and not (s.startswith("<") and s.endswith(">"))]
+    if len(symbols) > sample:
+        symbols = symbols[:: len(symbols) // sample][:sample]
+    made = 0
+    for symbol in symbols:
+        try:
+            tokens = tokenizer.tokenize_line(symbol)
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot read the symbol does not produce it
+            continue
+        if tokenizer.eos is not None and tokens and tokens[-1] == tokenizer.eos:
+            tokens = tokens[:-1]
+        made += tokens == [symbol]
+    return made, len(symbols)
 
 
 def _checked_bytes(folder: Path, name: str, config: dict, limit: int | None = None) -> bytes:
@@ -412,9 +518,9 @@ def match_state(
 
 def _json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:
     try:
-        value = json.loads(meta.get(key, "{}"))
-    except json.JSONDecodeError:
-        value = None
+        value = loads_bounded(meta.get(key, "{}"))
+    except JSONLimitError as err:
+        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names ({err})") from None
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names")
     return value
@@ -453,8 +559,11 @@ def load_pretrained(folder) -> Pretrained:
         raise _fail(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
     if tokenizer.eos != vocab.eos:
         raise _fail(tok_path, f"ends lines with {tokenizer.eos!r} but the vocabulary's end symbol is {vocab.eos!r}")
+    _check_identity(folder, config, tokenizer, vocab)
 
-    data = _checked_bytes(folder, WEIGHTS_FILE, config)
+    # the model config.json describes, built before the weights are read: its tensors bound the file's size
+    model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
+    data = _checked_bytes(folder, WEIGHTS_FILE, config, _weights_bound(folder, config, expected, lm_config))
     try:
         tensors, meta = _safetensors.parse(data)
     except _safetensors.SafetensorsFormatError as err:
@@ -467,7 +576,6 @@ def load_pretrained(folder) -> Pretrained:
     if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
         raise _fail(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
     aliases = _json_metadata(meta, "aliases", weights_path)
-    model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
     state = match_state(tensors, aliases, expected, lm_config, str(weights_path))
     model.load_state_dict(state, strict=True)
     model.eval()

@@ -140,7 +140,7 @@ def test_renamed_tensor_never_leaves_random_weights(folder):
 
 
 def test_shape_mismatch_between_config_and_weights(folder):
-    edit_config(folder, lambda c: c["model"].update(hidden_sizes=[9]))
+    edit_config(folder, lambda c: c["model"].update(hidden_sizes=[9], embedding_size=9))  # tied: E == H
     _refused(folder, "model.safetensors", "shape", "hidden_sizes=[9]", "do not belong together")
 
 
