@@ -278,3 +278,28 @@ def test_a_writer_thread_swapping_the_file_never_poisons_the_cache(root, tmp_pat
             checked += 1
             poisoned += not torch.equal(load_file(str(entry))["valid"], expected[key])
     assert checked == 60 and poisoned == 0, f"{poisoned} of {checked} cache entries poisoned"
+
+
+def test_a_custom_spec_reading_the_disk_itself_is_checked_after_tokenizing(root, tmp_path, monkeypatch):
+    """A spec that opens its files by another route than the frozen bytes (here builtins.open on the
+    path string) read the disk: if the file changed meanwhile, nothing is cached and the error says so."""
+    from dsf_lightning.data.corpora import base as corpus_base
+    from dsf_lightning.data.corpora.text import TextFolder
+    from dsf_lightning.data.corpora.files import CorpusError
+
+    class DiskReader(TextFolder):
+        name = "race-custom"
+
+        def lines(self, split, paths, opts):
+            write(root / "valid.txt", SWAPPED)  # replaced just before this spec reads it from disk
+            for path in paths:
+                with open(os.fspath(path), encoding="utf-8") as f:
+                    for i, line in enumerate(f, 1):
+                        yield path, i, line.rstrip("\n")
+
+    monkeypatch.setitem(corpus_base._REGISTRY, "race-custom", DiskReader())
+    write(root / "valid.txt", GOOD)
+    cache = tmp_path / "cache"
+    with pytest.raises(CorpusError, match=r"valid.txt changed while it was being tokenized"):
+        load_corpus("race-custom", root, cache_dir=cache, splits=["valid"])
+    assert _entries(cache) == []
