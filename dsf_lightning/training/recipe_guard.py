@@ -192,12 +192,27 @@ def _import_paths(classes: dict[str, type]) -> set[str]:
         from jsonargparse._util import get_import_path
     except ImportError:  # pragma: no cover - a jsonargparse without it: the other two paths
         get_import_path = None
+    import sys
+
     paths = set()
     for path, cls in classes.items():
         paths.update({path, f"{cls.__module__}.{cls.__qualname__}"})
         if get_import_path is not None:
             with contextlib.suppress(Exception):
                 paths.add(get_import_path(cls))
+    # the modules that re-export a class under its own name (lightning.pytorch.plugins.io.TorchCheckpointIO
+    # is lightning.fabric's class): only modules already imported, of the packages the classes come from
+    by_name: dict[str, list[type]] = {}
+    for path, cls in classes.items():
+        by_name.setdefault(cls.__name__, []).append(cls)
+    tops = {cls.__module__.split(".")[0] for cls in classes.values()} | {p.split(".")[0] for p in classes}
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in tops or module is None:
+            continue
+        namespace = getattr(module, "__dict__", {})
+        for cls_name, candidates in by_name.items():
+            if any(namespace.get(cls_name) is cls for cls in candidates):
+                paths.add(f"{name}.{cls_name}")
     return paths
 
 

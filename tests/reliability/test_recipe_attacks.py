@@ -446,3 +446,20 @@ def test_the_structure_check_itself_is_fast():
     check_config_structure(base_recipe("/data"))  # an ordinary recipe passes
     wide = {"hidden_sizes": list(range(100_000))}  # big but flat: fine
     check_config_structure(wide)
+
+
+def test_the_allowlist_is_exact_classes_under_their_re_export_names():
+    """Every module that re-exports an allowed class under its name may be used (the shipped tests name
+    ``lightning.pytorch.plugins.io.TorchCheckpointIO``, a lightning.fabric class); nothing below a
+    class, and no getattr chain to another object, is allowed."""
+    import lightning.pytorch  # noqa: F401 - the re-exporting modules are found among those imported
+
+    from dsf_lightning.training.recipe_guard import _import_paths, allowed_classes
+
+    paths = _import_paths(allowed_classes())
+    assert {"lightning.pytorch.plugins.io.TorchCheckpointIO", "lightning.pytorch.callbacks.ModelCheckpoint",
+            "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint", "torch.optim.Adam",
+            "dsf_lightning.tasks.SequenceClassifier"} <= paths
+    for foreign in (FILEIO, POPEN, "torch.os.system", "torch.builtins.exec", "lightning.pytorch.callbacks.LambdaCallback",
+                    "lightning.pytorch.callbacks.ModelCheckpoint.__init__", "torch.optim", "lightning"):
+        assert foreign not in paths
