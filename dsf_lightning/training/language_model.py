@@ -308,6 +308,7 @@ class LanguageModelModule(L.LightningModule):
         loader = self.trainer.train_dataloader if self._trainer is not None else None
         if hasattr(loader, "mark_trained"):
             loader.mark_trained(index)
+            self._trained_epoch = self.current_epoch  # the epoch those windows belong to (checkpoint position)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False)
         return loss
 
@@ -469,8 +470,10 @@ class LanguageModelModule(L.LightningModule):
             # where the run is (training/resume.py): Lightning's counters cannot tell a finished epoch, or
             # one whose validation is still to run, from others
             trained, windows = loader.trained, len(loader)
+            # the epoch of the windows trained (after a fit that max_steps ended, current_epoch is the next)
+            epoch = getattr(self, "_trained_epoch", None) if trained else None
             checkpoint["dsf_position"] = {
-                "epoch": self.current_epoch,
+                "epoch": self.current_epoch if epoch is None else epoch,
                 "trained": trained,
                 "windows": windows,
                 "validated": trained == windows and getattr(self, "_validated_at_step", None) == self.trainer.global_step,
@@ -503,6 +506,7 @@ class LanguageModelModule(L.LightningModule):
                 due = trainer.enable_validation and (every is None or (int(position["epoch"]) + 1) % every == 0)
                 normalize_fit_loop(checkpoint, position, validation_due=due)
                 self._validated_at_step = position["global_step"] if position.get("validated") else None
+                self._trained_epoch = int(position["epoch"])
         self._restored_train_state = checkpoint.get("dsf_carried_train_state")
         if checkpoint.get("dsf_reset_train_state"):
             self._reset_pending.add("train")

@@ -194,6 +194,8 @@ def normalize_fit_loop(checkpoint: dict[str, Any], position: Mapping[str, Any], 
     epoch, trained, windows = int(position["epoch"]), int(position["trained"]), int(position["windows"])
     epochs = fit.get("epoch_progress", {})
     ended = int(epochs.get("current", {}).get("processed", epoch)) > epoch  # saved in on_train_epoch_end or later
+    if ended:  # the epoch's end hooks ran (also when max_steps stopped it early): the next pass starts at 0
+        trained = 0
     loader = {"start": trained % max(windows, 1), "trained": trained, "windows": windows}
     fit.setdefault("state_dict", {})["combined_loader"] = [loader]
     if ended or trained == 0 or (trained == windows and not validation_due):

@@ -36,6 +36,9 @@ def resume(path, corpus=None, **changes):
 
 
 def test_the_same_settings_resume(checkpoint):
+    position = torch.load(checkpoint, weights_only=True)["dsf_position"]
+    # max_steps ended the fit (Lightning ran the epoch's end, current_epoch is 1): the windows were epoch 0's
+    assert (position["epoch"], position["trained"], position["windows"]) == (0, 4, 86)
     assert resume(checkpoint).global_step == 6
 
 
@@ -117,3 +120,26 @@ def test_the_dsf_cli_refuses_a_resume_with_other_options(tmp_path, monkeypatch, 
     assert main(resume) == 0  # the same options (given again, or left to the checkpoint) resume
     assert main(["fit", *base[:-2], "--trainer.max_epochs", "2", "--ckpt_path", str(ckpt)]) == 0
     assert torch.load(ckpt, weights_only=True)["global_step"] > 0
+
+
+@pytest.mark.slow
+def test_another_number_of_processes_continues_the_same_streams(tmp_path):
+    """A checkpoint of 1 process resumes on 2 (DDP on CPU, ``ddp_fork``): every rank takes its block of the
+    global carried state and streams, and the run ends as the uninterrupted 1-process run does (to float
+    tolerance: without dropout, see README "Several GPUs and nodes")."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from .test_lightning_training import read, run
+
+    corpus = make_toy_corpus()
+    save = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=40, save_top_k=-1, filename="{step}")
+    run(tmp_path / "straight", corpus, trainer_kwargs={"max_epochs": 1, "enable_checkpointing": True}, callbacks=[save])
+    _, straight, straight_metrics = read(tmp_path / "straight")
+    run(tmp_path / "resumed", corpus, trainer_kwargs={"max_epochs": 1, "devices": 2, "strategy": "ddp_fork"},
+        ckpt_path=str(tmp_path / "ckpt" / "step=40.ckpt"))  # (the forked ranks warn that dropout masks would differ)
+    (rank0, rank1), resumed, metrics = read(tmp_path / "resumed")
+    assert len(rank0) == len(rank1) == 86 - 40
+    for name in straight:
+        torch.testing.assert_close(resumed[name], straight[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert metrics["val_tokens"] == straight_metrics["val_tokens"]
+    assert metrics["val_loss"] == pytest.approx(straight_metrics["val_loss"], rel=1e-5)
