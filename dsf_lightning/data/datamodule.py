@@ -4,6 +4,10 @@ contiguous streams read in truncated-BPTT windows (:mod:`dsf_lightning.data.stre
 ``batch_size`` and ``eval_batch_size`` count streams over all processes: under DDP each rank reads
 its own contiguous block of them (no sampler, no shuffling), so metrics do not depend on the number of
 processes. Perplexity is reported at a fixed ``eval_batch_size`` (awd-lstm-lm's convention).
+
+Its checkpoint state is a fingerprint of the data (corpus tokens' sha256 per split, the corpus files'
+sha256, ``batch_size``, ``bptt``, ``eval_batch_size``, processes): resuming training with another corpus or
+layout is a :class:`~dsf_lightning.training.resume.ResumeMismatchError` (:mod:`dsf_lightning.training.resume`).
 """
 
 from __future__ import annotations

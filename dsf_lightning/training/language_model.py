@@ -6,9 +6,14 @@ state of a window, detached and in fp32, into the next one; window 0 starts from
 resets at every epoch. Validation and test carry their own state. Corpus metrics are exact float64
 sums of cross-entropy and token counts, reduced over all ranks before PPL / BPC are formed.
 
-Exact resume: a checkpoint holds the carried state of every rank (gathered) and the next window,
-and every training step seeds the RNG from (seed, epoch, window, rank), so a resumed run draws the
-same dropout masks as one that never stopped.
+Exact resume: a checkpoint holds the carried state of every rank (gathered), the position of the run
+(epoch, windows trained, whether the epoch's validation ran: :mod:`~dsf_lightning.training.resume`, which
+also rewrites Lightning's loop counters on load so that a checkpoint of an epoch's last window, or of a
+run that had itself resumed, neither loses a validation nor replays the epoch), and every training step
+seeds the RNG from (seed, epoch, window, rank), so a resumed run draws the same dropout masks as one that
+never stopped. The plateau schedule steps after every validation (not at Lightning's epoch end, which a
+resumed epoch skips). Resuming with other model options is a
+:class:`~dsf_lightning.training.resume.ResumeMismatchError`.
 
 Iterative inference (DSF paper sec 2.5, off by default): after the backward pass the carried state
 takes one gradient step ``h_T <- h_T - lambda * dL/dh_T`` (lambda in {0.05, 0.1, 0.15} in the paper),
