@@ -463,3 +463,35 @@ def test_the_allowlist_is_exact_classes_under_their_re_export_names():
     for foreign in (FILEIO, POPEN, "torch.os.system", "torch.builtins.exec", "lightning.pytorch.callbacks.LambdaCallback",
                     "lightning.pytorch.callbacks.ModelCheckpoint.__init__", "torch.optim", "lightning"):
         assert foreign not in paths
+
+
+def test_trusting_a_class_of_your_own(monkeypatch, caplog):
+    """``DSF_TRUSTED_CLASSES`` takes exact class paths: a function or a missing name is a clear error; the
+    retired package-wide ``DSF_TRUSTED_MODULES`` is no longer read (a warning says so)."""
+    from dsf_lightning.training.recipe_guard import UnsafeRecipeError, allowed_classes
+
+    monkeypatch.setenv("DSF_TRUSTED_CLASSES", "collections.OrderedDict")
+    assert allowed_classes()["collections.OrderedDict"].__name__ == "OrderedDict"
+    for entry, what in (("os.system", "not a class"), ("no_such_pkg_xyz.Thing", "cannot import")):
+        monkeypatch.setenv("DSF_TRUSTED_CLASSES", entry)
+        with pytest.raises(UnsafeRecipeError, match=f"DSF_TRUSTED_CLASSES.*{what}"):
+            allowed_classes()
+    monkeypatch.delenv("DSF_TRUSTED_CLASSES")
+    monkeypatch.setenv("DSF_TRUSTED_MODULES", "my_pkg")
+    with caplog.at_level("WARNING"):
+        assert "my_pkg" not in " ".join(allowed_classes())
+    assert "DSF_TRUSTED_CLASSES" in caplog.text
+
+
+def test_the_policy_is_only_in_force_while_the_cli_runs():
+    """jsonargparse's settings are process-wide: the CLI restores them (a library user's own
+    jsonargparse parsers are not affected)."""
+    from jsonargparse import _common, _loaders_dumpers
+
+    from dsf_lightning.training.recipe_guard import recipe_policy
+
+    before = (dict(_common.parsing_settings), _loaders_dumpers.loaders["yaml"], _loaders_dumpers.yaml_load)
+    with recipe_policy():
+        assert _common.parsing_settings["import_paths_enforced"] is True
+        assert _loaders_dumpers.loaders["yaml"] is not before[1]
+    assert (dict(_common.parsing_settings), _loaders_dumpers.loaders["yaml"], _loaders_dumpers.yaml_load) == before
