@@ -310,6 +310,7 @@ class LanguageModelModule(L.LightningModule):
                     if s.requires_grad:
                         s.retain_grad()
             self._final_state = final_state
+            self._final_tokens = targets.numel()  # the loss is a mean over these: eq. 15 sums them
         loader = self.trainer.train_dataloader if self._trainer is not None else None
         if hasattr(loader, "mark_trained"):
             loader.mark_trained(index)
@@ -330,7 +331,6 @@ class LanguageModelModule(L.LightningModule):
             self.model, self._final_state, self._carried["train"], step, grad_scale
         )
         self._final_state = None
-            self._final_tokens = targets.numel()  # the loss is a mean over these: eq. 15 sums them
 
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluation_step(self, stage: str, batch: tuple[Tensor, Tensor, Tensor]) -> None:
