@@ -166,4 +166,8 @@ class Vocabulary:
     @classmethod
     def load(cls, path) -> "Vocabulary":
         with open(path, encoding="utf-8") as f:
-            return cls.from_json(f.read())
+            text = f.read()
+        try:
+            return cls.from_json(text)
+        except VocabularyError as err:
+            raise VocabularyError(f"{path}: {err}") from None
