@@ -20,6 +20,7 @@ with a message saying what is wrong.
 from __future__ import annotations
 
 import copy
+import json
 import textwrap
 import time
 
@@ -176,6 +177,8 @@ def _files(tmp_path, text_folder, marker):
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(full))
     (tmp_path / "recipe").write_text(yaml.safe_dump(full))
     (tmp_path / "recipe.txt").write_text(yaml.safe_dump(full))
+    (tmp_path / "recipe.json").write_text(json.dumps(full))
+    (tmp_path / "model").write_text(yaml.safe_dump({"hidden_sizes": [8], "cell_options": {"dropout": fileio(marker)}}))
     (tmp_path / "data.yaml").write_text(yaml.safe_dump(full["data"]))
     (tmp_path / "data").write_text(yaml.safe_dump(full["data"]))
     clean = base_recipe(text_folder)
@@ -195,6 +198,7 @@ FORMS = {
     "--config file.yaml": lambda t, full: ["fit", "--config", "recipe.yaml"],
     "--config file without suffix": lambda t, full: ["fit", "--config", "recipe"],
     "--config file.txt": lambda t, full: ["fit", "--config", "recipe.txt"],
+    "--config file.json": lambda t, full: ["fit", "--config", "recipe.json"],
     "--config=file": lambda t, full: ["fit", "--config=recipe"],
     "-c file": lambda t, full: ["fit", "-c", "recipe"],
     "--conf (abbreviated)": lambda t, full: ["fit", "--conf", "recipe"],
@@ -203,6 +207,7 @@ FORMS = {
     "--data data.yaml group file": lambda t, full: ["fit", "--config", "clean.yaml", "--data", "data.yaml"],
     "--data group file without suffix": lambda t, full: ["fit", "--config", "clean.yaml", "--data", "data"],
     "--data=group file": lambda t, full: ["fit", "--config", "clean.yaml", "--data=data"],
+    "--model group file (cell_options)": lambda t, full: ["fit", "--config", "clean.yaml", "--model", "model"],
     "data: data.yaml inside a config": lambda t, full: ["fit", "--config", "parts/outer.yaml"],
     "--data inline YAML": lambda t, full: ["fit", "--config", "clean.yaml", "--data", _flow(full["data"])],
     "--data.corpus inline": lambda t, full: ["fit", "--config", "clean.yaml", "--data.corpus", _flow(full["data"]["corpus"])],
@@ -379,6 +384,7 @@ HOSTILE_YAML = {
     "3000-deep list in cell_options (file)": lambda t: ("file", f"model: {{cell_options: {{dropout: {deep_list()}}}}}\n", "nested"),
     "3000-deep list in trainer.max_steps (file)": lambda t: ("file", f"trainer: {{max_steps: {deep_list()}}}\n", "nested"),
     "3000-deep list inline --model.cell_options": lambda t: (["--model.cell_options", "{x: " + deep_list() + "}"], None, "nested"),
+    "3000-deep mapping (file)": lambda t: ("file", "model: {cell_options: " + "{a: " * 3000 + "1" + "}" * 3000 + "}\n", "nested"),
 }
 
 
