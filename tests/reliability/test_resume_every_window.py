@@ -17,7 +17,7 @@ scheduler state, global step, every logged training loss and ``val_loss``):
   itself resumed, run left behind; the checkpoint left at each kill equals the uninterrupted run's
   checkpoint of the same step, and the last resume finishes the run;
 * ``from every checkpoint``: a resume from each checkpoint of the uninterrupted run (every window, so
-  every kill point) trains to the end.
+  every kill point, and the end of every epoch) trains to the end.
 """
 
 from __future__ import annotations
@@ -74,7 +74,10 @@ def train(out: Path, ckpts: Path, resume: Path | None = None, kill=None, keep_ev
     module, data = toy_modules(make_toy_corpus(n_train=116, n_eval=60), **OPTIONS)
     every = ModelCheckpoint(dirpath=ckpts, every_n_train_steps=1, save_last=True,
                             save_top_k=-1 if keep_every_step else 1, filename="{step}")
-    trainer = quiet_trainer(max_epochs=EPOCHS, enable_checkpointing=True, callbacks=[Record(out, kill), every])
+    callbacks = [Record(out, kill), every]
+    if keep_every_step:  # and the end of every epoch, as a recipe's ModelCheckpoint(monitor=val_loss) saves
+        callbacks.append(ModelCheckpoint(dirpath=ckpts / "epochs", filename="{epoch}", monitor="val_loss", save_top_k=-1))
+    trainer = quiet_trainer(max_epochs=EPOCHS, enable_checkpointing=True, callbacks=callbacks)
     trainer.fit(module, data, ckpt_path=str(resume) if resume else None)
 
 
@@ -208,3 +211,15 @@ def test_resume_from_every_checkpoint_of_the_uninterrupted_run(straight, tmp_pat
     first_epoch = (step - 1) // WINDOWS  # the epoch of that checkpoint's window: its validation is still due
     assert sorted(vals) == list(range(first_epoch, EPOCHS)), f"validations: {sorted(vals)}"
     assert_same_training_state(load(out / "final.ckpt"), s_final, f"resumed from step {step}")
+
+
+@pytest.mark.parametrize("epoch", range(EPOCHS - 1))
+def test_resume_from_every_epoch_end_checkpoint(straight, tmp_path, epoch):
+    """A checkpoint written at an epoch's end (after its validation) resumes with the next epoch."""
+    s_out, s_losses, s_vals, s_final = straight
+    out = tmp_path / "resumed"
+    assert in_child(train, out, out / "ckpt", resume=s_out / "ckpt" / "epochs" / f"epoch={epoch}.ckpt") == 0
+    losses, vals = assert_logs_match(out, s_losses, s_vals)
+    assert sorted(losses) == list(range((epoch + 1) * WINDOWS + 1, EPOCHS * WINDOWS + 1))
+    assert sorted(vals) == list(range(epoch + 1, EPOCHS))
+    assert_same_training_state(load(out / "final.ckpt"), s_final, f"resumed from the end of epoch {epoch}")
