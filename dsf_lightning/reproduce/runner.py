@@ -510,12 +510,15 @@ def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | Non
     from ..data.corpora import load_corpus
     from ..evaluation import dynamic_evaluation
     from ..training import LanguageModelModule
+    from ..training.recipe_guard import guarded
 
     ckpt = parent_state.get("checkpoint")
     if not ckpt or not Path(ckpt).is_file():
         raise FileNotFoundError(f"row {row.parent}'s checkpoint {ckpt} is not there: re-run that row")
     start = time.perf_counter()
-    module = LanguageModelModule.load_from_checkpoint(ckpt, map_location="cpu")
+    # weights-only, and its hyper-parameters parsed under the recipe allowlist (Lightning's instantiator
+    # would otherwise build any class_path they hold): a checkpoint in the results folder runs no code
+    module = guarded(LanguageModelModule.load_from_checkpoint, ckpt, map_location="cpu", weights_only=True)
     model = module.model.float().eval()
     data = recipe["data"]
     root = data_root if data_root is not None else data.get("data_root")

@@ -458,13 +458,14 @@ def guarded(call, *args, **kwargs):
     :func:`recipe_policy`. A parse that failed because of the policy (jsonargparse printed its usage
     error and exits) is re-raised as :class:`UnsafeRecipeError` naming the refused class paths or the
     unbounded YAML, and what is allowed."""
+    from jsonargparse import ArgumentError
     from jsonargparse._common import ImportDenied
 
     with recipe_policy() as policy:
         try:
             return call(*args, **kwargs)
-        except SystemExit as exit_:
-            if exit_.code in (0, None) or policy.message() is None:
+        except (SystemExit, ArgumentError) as err:  # a parser that exits, or one with exit_on_error=False
+            if (isinstance(err, SystemExit) and err.code in (0, None)) or policy.message() is None:
                 raise
             message = policy.message()
         except (ImportDenied, ConfigTooComplexError) as err:  # outside a parse (e.g. at instantiation)

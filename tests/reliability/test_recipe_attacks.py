@@ -351,6 +351,71 @@ def test_hostile_checkpoint_class_path_of_a_task_model(form, project_checkpoint,
     refused(code, err, FILEIO)
 
 
+class Boom:
+    """Unpickling this creates ``marker`` (a pickle payload, which weights-only loading refuses)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("form", cases(["--weights_only false", "weights_only: false in a config"], {"--weights_only false"}))
+def test_a_pickled_checkpoint_is_refused_even_with_weights_only_false(form, project_checkpoint, tmp_path, text_folder, monkeypatch, capsys, hostile_counts):
+    """LightningCLI's ``--weights_only false`` (which a config file can set next to ``ckpt_path``) would
+    hand the checkpoint to an unrestricted unpickler: the CLI checks it weights-only first, always."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "RAN"
+    ckpt = torch.load(project_checkpoint, weights_only=True)
+    ckpt["hyper_parameters"]["payload"] = Boom(marker)
+    evil = tmp_path / "evil.ckpt"
+    torch.save(ckpt, evil)
+    (tmp_path / "resume.yaml").write_text(yaml.safe_dump({"ckpt_path": str(evil), "weights_only": False}))
+    extra = ["--ckpt_path", str(evil), "--weights_only", "false"] if form.startswith("--") else ["--config", "resume.yaml"]
+    hostile_counts["dsf fit --ckpt_path hostile hyper_parameters"] += 1
+    code, err = run(["fit", "--data.corpus", "text-folder", "--data.data_root", str(text_folder),
+                     "--trainer.logger", "false", *extra], capsys)
+    assert not marker.exists(), f"the payload ran: {err[-2000:]}"
+    refused(code, err, str(evil), phrase="nothing was unpickled")
+
+
+def test_reproduce_dynamic_evaluation_loads_a_checkpoint_safely(project_checkpoint, tmp_path, hostile_counts):
+    """``dsf reproduce`` evaluates a row's checkpoint with ``load_from_checkpoint``, which (with the
+    ``_instantiator`` Lightning allows) parses the hyper-parameters with jsonargparse *outside* the CLI,
+    and unpickles without weights-only unless told: both payloads are refused there too."""
+    from types import SimpleNamespace
+
+    import lightning as L
+
+    from dsf_lightning.reproduce.runner import run_dynamic
+    from dsf_lightning.training import LanguageModelModule
+    from dsf_lightning.training.recipe_guard import UnsafeRecipeError
+
+    marker = tmp_path / "RAN"
+    ckpt = torch.load(project_checkpoint, weights_only=True)
+    ckpt["hyper_parameters"]["_instantiator"] = "lightning.pytorch.cli.instantiate_module"
+    ckpt["hyper_parameters"]["cell_options"] = {"dropout": fileio(marker)}
+    forged = tmp_path / "forged.ckpt"
+    torch.save(ckpt, forged)
+    pickled = tmp_path / "pickled.ckpt"
+    ckpt = torch.load(project_checkpoint, weights_only=True)
+    ckpt["hyper_parameters"]["payload"] = Boom(marker)
+    torch.save(ckpt, pickled)
+    row, recipe = SimpleNamespace(parent="p", evaluation="dynamic1"), {"data": {"corpus": "ptb"}}
+    for path, error in ((forged, UnsafeRecipeError), (pickled, Exception)):
+        hostile_counts["dsf reproduce dynamic evaluation checkpoint"] += 1
+        with pytest.raises(error) as info:
+            run_dynamic(row, {"checkpoint": str(path)}, recipe, None, "tiny")
+        assert not marker.exists(), f"{path.name}: the payload ran ({info.value!r})"
+        assert "Weights only load failed" in str(info.value) or FILEIO in str(info.value), str(info.value)[:1000]
+    # the same file through Lightning's own loader does run the payload: the guard is what stops it
+    L.seed_everything(0, verbose=False)
+    with pytest.raises(Exception):
+        LanguageModelModule.load_from_checkpoint(forged, map_location="cpu")
+    assert marker.exists()
+
+
 def test_a_checkpoint_written_by_the_project_still_resumes(tmp_path, text_folder, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     recipe = tmp_path / "recipe.yaml"
@@ -361,6 +426,13 @@ def test_a_checkpoint_written_by_the_project_still_resumes(tmp_path, text_folder
     ckpts = sorted((tmp_path / "run").rglob("*.ckpt"))
     assert ckpts, "no checkpoint written"
     assert main(["fit", "--config", str(recipe), "--trainer.max_steps", "3", "--ckpt_path", str(ckpts[-1])]) == 0
+    # and loads as dsf reproduce loads it (Lightning's instantiator, under the allowlist)
+    from dsf_lightning.training import LanguageModelModule
+    from dsf_lightning.training.recipe_guard import guarded
+
+    assert "_instantiator" in torch.load(ckpts[-1], weights_only=True)["hyper_parameters"]
+    module = guarded(LanguageModelModule.load_from_checkpoint, ckpts[-1], map_location="cpu", weights_only=True)
+    assert module.hparams.hidden_sizes == [8]
 
 
 # ---------------------------------------------------------------------------------------- hostile YAML
