@@ -34,7 +34,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from tests.training.conftest import make_toy_corpus, quiet_trainer, toy_modules
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="each run is a forked process")]
 
 EPOCHS, WINDOWS = 3, 4  # n_train=116 tokens / 4 streams = 29 per stream: ceil(28 / 7) = 4 windows of bptt 7
 OPTIONS = dict(dropout_input=0.3, dropout_output=0.3, iterative_inference_step=0.1, lr_halving_patience=0, lr=0.08)
