@@ -3,7 +3,9 @@
 ``dsf fit | validate | test | predict`` is a LightningCLI over
 :class:`~dsf_lightning.training.LanguageModelModule` and
 :class:`~dsf_lightning.data.datamodule.LanguageModelDataModule` (``--config recipes/...yaml``, with
-``data.vocab_size`` linked into the model). ``dsf list cells`` prints the registered cell names, one
+``data.vocab_size`` linked into the model); ``dsf predict`` writes the per-token log-probabilities of
+``data.predict_split`` (or ``data.predict_file``) as JSON lines to ``--predict_output``
+(:mod:`dsf_lightning.training.prediction`). ``dsf list cells`` prints the registered cell names, one
 per line; ``--details`` adds each cell's parameter count at a chosen size and what it is.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
-from typing import Sequence
+from typing import Optional, Sequence
 
 from . import cells
 
@@ -214,6 +216,18 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             # fine-tuning: the data is encoded with the vocabulary of the model it starts from
             parser.link_arguments("model.init_from", "data.vocab_from", apply_on="parse")
 
+        def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
+            parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+            if subcommand == "predict" and not task_mode:
+                # the lines go to a file as they are scored (TokenLogprobWriter), not into a list in memory
+                parser.set_defaults({"return_predictions": False})
+                parser.add_argument(
+                    "--predict_output", type=Optional[str], default=None,
+                    help="JSON-lines file for the per-token log-probabilities (default: predictions.jsonl in "
+                    "trainer.default_root_dir); ignored when trainer.callbacks has a TokenLogprobWriter",
+                )
+            return parser
+
         def _parse_ckpt_path(self) -> None:
             # LightningCLI parses the checkpoint's hyper_parameters into the config: weights-only and bounded
             # first (recipe_guard.check_checkpoint); their class paths then meet the allowlist like a recipe's
@@ -252,7 +266,13 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             if self._get(self.config_init, "nonfinite_guard", default=True) and not any(
                 isinstance(c, NonFiniteGuard) for c in callbacks
             ):
-                kwargs["callbacks"] = [*callbacks, NonFiniteGuard()]
+                kwargs["callbacks"] = callbacks = [*callbacks, NonFiniteGuard()]
+            if self.subcommand == "predict" and not task_mode:  # dsf predict: per-token JSON lines
+                from .training.prediction import TokenLogprobWriter
+
+                if not any(isinstance(c, TokenLogprobWriter) for c in callbacks):
+                    output = self._get(self.config_init, "predict_output", default=None)
+                    kwargs["callbacks"] = [*callbacks, TokenLogprobWriter(output)]
             return super().instantiate_trainer(**kwargs)
 
     if task_mode:

@@ -12,7 +12,7 @@ layout is a :class:`~dsf_lightning.training.resume.ResumeMismatchError` (:mod:`d
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 
@@ -51,7 +51,14 @@ class LanguageModelDataModule(L.LightningDataModule):
             pretrained model: a published name, Hub repo id or pretrained folder
             (:mod:`dsf_lightning.finetune`). Out-of-vocabulary words become the pretrained ``<unk>``.
             The CLI links it from ``model.init_from``.
+        predict_split: the split ``dsf predict`` scores (``test``, ``valid`` or ``train``), laid out as the
+            ``eval_batch_size`` streams that ``dsf test`` / ``dsf validate`` read.
+        predict_file: score this UTF-8 text file instead (read with the corpus's tokenizer and vocabulary,
+            ``<eos>`` after every line; ``eval_batch_size`` streams: set it to 1 to score every token after
+            the first in one stream). See :mod:`dsf_lightning.training.prediction`.
     """
+
+    PREDICT_SPLITS = ("test", "valid", "train")
 
     def __init__(
         self,
@@ -62,9 +69,14 @@ class LanguageModelDataModule(L.LightningDataModule):
         bptt: int = 35,
         eval_batch_size: int = 10,
         vocab_from: str | None = None,
+        predict_split: Literal["test", "valid", "train"] = "test",
+        predict_file: str | None = None,
     ) -> None:
         super().__init__()
         _check_corpus(corpus)
+        if predict_split not in self.PREDICT_SPLITS:
+            raise ValueError(f"predict_split must be one of {self.PREDICT_SPLITS}, got {predict_split!r:.80}")
+        self.predict_split, self.predict_file = predict_split, predict_file
         self.vocab_from = vocab_from
         self.corpus_name = corpus if isinstance(corpus, str) else corpus.name
         self._corpus = None if isinstance(corpus, str) else corpus
@@ -170,3 +182,25 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> StreamWindows:
         return self._split("test")
+
+    def predict_dataloader(self) -> StreamWindows:
+        """``predict_file`` (encoded with the corpus's tokenizer and vocabulary), else ``predict_split``."""
+        if self.predict_file is None:
+            return self._split(self.predict_split)
+        if "predict_file" not in self._windows:
+            import torch
+
+            from .corpora.files import read_lines
+
+            corpus = self.corpus
+            tokenizer = getattr(corpus, "tokenizer", None)
+            if tokenizer is None:
+                raise ValueError(f"predict_file: corpus {self.corpus_name!r} has no tokenizer to read a text file with")
+            ids: list[int] = []
+            for i, line in enumerate(read_lines(self.predict_file), 1):
+                ids.extend(corpus.vocab.encode(tokenizer.tokenize_line(line), source=f"{self.predict_file} line {i}"))
+            rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+            self._windows["predict_file"] = StreamWindows(
+                torch.tensor(ids, dtype=torch.long), self.eval_batch_size, self.bptt, rank, world
+            )
+        return self._windows["predict_file"]

@@ -53,6 +53,7 @@ class StreamWindows:
         per_rank = batch_size // world_size
         streams = batchify(tokens, batch_size)  # [B, n]
         self.streams = streams[rank * per_rank : (rank + 1) * per_rank].contiguous()  # [B / W, n]
+        self.first_stream = rank * per_rank  # global index of this rank's first stream
         self.bptt = bptt
         self._start = 0
 

@@ -224,7 +224,7 @@ class LanguageModelModule(L.LightningModule):
         if sampled_loss is not None:
             noise = "uniform" if sampled_loss_noise == "unigram" else sampled_loss_noise  # unigram: in setup
             self.sampled_loss = SampledLoss(sampled_loss, sampled_loss_samples, noise, log_z=nce_log_z)
-        self._carried: dict[str, ModelState | None] = {"train": None, "val": None, "test": None}
+        self._carried: dict[str, ModelState | None] = {"train": None, "val": None, "test": None, "predict": None}
         self._sums: dict[str, Tensor] = {}
         self._restored_train_state: list[Tensor] | None = None
         self._final_state: ModelState | None = None
@@ -347,6 +347,21 @@ class LanguageModelModule(L.LightningModule):
 
     def test_step(self, batch, batch_idx):
         self._evaluation_step("test", batch)
+
+    def predict_step(self, batch, batch_idx) -> dict[str, Tensor]:
+        """``dsf predict``: every target's log-probability (float64, from an fp32 softmax) in this window of
+        the predict split, the state carried as in test; :class:`~dsf_lightning.training.prediction.TokenLogprobWriter`
+        writes them as JSON lines."""
+        from .prediction import predict_logprobs
+
+        inputs, targets, index = batch
+        state = self._state_for("predict", int(index), inputs.shape[0])
+        logits, final_state = self.model(inputs, state)
+        self._carried["predict"] = detach_state(tuple(tuple(s.float() for s in layer) for layer in final_state))
+        return {"logprobs": predict_logprobs(logits, targets).cpu(), "targets": targets.cpu(), "window": int(index)}
+
+    def on_predict_epoch_start(self) -> None:
+        self._carried["predict"] = None
 
     def on_validation_epoch_start(self) -> None:
         self._sums.pop("val", None)
