@@ -164,6 +164,18 @@ def _check_resume_options(cli, argv: Sequence[str]) -> None:
     check_hyperparameters({k: after.get(k) for k in given}, given, source=f"checkpoint {cli.config[sub]['ckpt_path']}")
 
 
+def _early_stopping_after_validation(callbacks) -> None:
+    """Make every ``EarlyStopping`` whose ``check_on_train_epoch_end`` was not given check after each
+    validation. Lightning's default checks at the training-epoch end, which raises "val_loss not available"
+    when a run ends mid-epoch before any validation (``--trainer.max_steps 20``, the usual smoke test); after
+    each validation is the same check whenever validation runs at every epoch end (the recipes' setting)."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    for callback in callbacks:
+        if isinstance(callback, EarlyStopping) and getattr(callback, "_check_on_train_epoch_end", False) is None:
+            callback._check_on_train_epoch_end = False
+
+
 def task_mode_of(cli) -> bool:
     return bool(getattr(cli, "subclass_mode_model", False))
 
@@ -237,7 +249,13 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             super()._parse_ckpt_path()
 
         def parse_arguments(self, parser, args) -> None:
-            super().parse_arguments(parser, args)
+            import warnings
+
+            with warnings.catch_warnings():
+                # `args` is always dsf's own command line (or a `dsf reproduce` row), never a second one
+                # beside sys.argv: LightningCLI's warning about getting both would be printed by every command
+                warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+                super().parse_arguments(parser, args)
             sub = self.config.get("subcommand")  # the model options as given, before --ckpt_path replaces them
             model = self.config.get(sub, {}).get("model") if sub else None
             self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
@@ -273,6 +291,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
                 if not any(isinstance(c, TokenLogprobWriter) for c in callbacks):
                     output = self._get(self.config_init, "predict_output", default=None)
                     kwargs["callbacks"] = [*callbacks, TokenLogprobWriter(output)]
+            _early_stopping_after_validation(callbacks)
             return super().instantiate_trainer(**kwargs)
 
     if task_mode:
