@@ -136,6 +136,8 @@ import torch
 torch.set_num_threads(1)
 from benchmarks._settings import Settings
 from benchmarks import bench_training as bt
+from dsf_lightning.training.allocator import keep_freed_memory
+keep_freed_memory()  # what `dsf fit` does (DSF_MALLOC_TUNING=0: nothing)
 settings = Settings.for_mode(sys.argv[1], data_root=sys.argv[2])
 corpus = bt.ptb_slice(settings, settings.lm_warmup_steps + settings.lm_steps)
 t0 = os.times()

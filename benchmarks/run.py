@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
     use_threads(threads)
     use_wall_clock(args.wall)
-    # the allocator policy dsf training runs under (LanguageModelModule.setup applies it), for every part
+    # the allocator policy dsf training runs under (`dsf fit` applies it), for every part
     # of this process alike; part 3 measures what it is worth in fresh processes
     from dsf_lightning.training.allocator import MALLOC_TUNING_ENV, keep_freed_memory
 

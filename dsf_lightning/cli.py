@@ -260,6 +260,13 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             model = self.config.get(sub, {}).get("model") if sub else None
             self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
 
+        def before_fit(self) -> None:
+            # training's process-wide allocator policy (glibc: large per-step buffers reused, not page-faulted
+            # in every step; DSF_MALLOC_TUNING=0 opts out): the command's choice, never an import's side effect
+            from .training.allocator import keep_freed_memory
+
+            keep_freed_memory()
+
         def before_instantiate_classes(self) -> None:
             _check_resume_options(self, argv)  # --ckpt_path: model options the checkpoint would silently replace
             # Lightning lists `devices` indices up front: refuse absurd counts (ValueError) before that

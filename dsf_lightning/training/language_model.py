@@ -35,7 +35,6 @@ from torch import Tensor
 
 from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
 from ..regularizers import l1_penalty, sobolev_penalty
-from .allocator import keep_freed_memory
 from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
@@ -266,10 +265,10 @@ class LanguageModelModule(L.LightningModule):
 
     # -- training ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        """Unigram noise for the sampled loss: add-one counts of the training split; and
-        :func:`keep_freed_memory` (glibc: no page faults on every window's large buffers)."""
+        """Unigram noise for the sampled loss: add-one counts of the training split. (The glibc allocator
+        tuning, :func:`~dsf_lightning.training.allocator.keep_freed_memory`, is ``dsf fit``'s choice, not the
+        module's: it changes the whole process.)"""
         hp = self.hparams
-        keep_freed_memory()
         if self.budget_hidden_sizes is not None and self.logger is not None:
             self.logger.log_hyperparams({"budget_hidden_sizes": self.budget_hidden_sizes,
                                          "num_parameters": self.num_parameters})

@@ -1,4 +1,4 @@
-"""``keep_freed_memory``: the glibc tuning LanguageModelModule.setup applies (benchmarks part 3 measures
+"""``keep_freed_memory``: the glibc tuning `dsf fit` applies (benchmarks part 3 measures
 what it is worth: the kernel's page faults on every step's large buffers), and its opt-out."""
 
 import platform
@@ -21,3 +21,40 @@ def test_opt_out(monkeypatch):
     monkeypatch.setenv(lm.MALLOC_TUNING_ENV, "0")
     monkeypatch.setattr(lm, "_malloc_tuned", False)
     assert lm.keep_freed_memory() is False
+
+
+def test_training_without_the_cli_leaves_the_allocator_alone(monkeypatch, toy_corpus):
+    """Importing the library, building the module and fitting it from Python never calls mallopt: the
+    process-wide tuning is the `dsf fit` command's choice, not a side effect of the module."""
+    from .conftest import quiet_trainer, toy_modules
+
+    monkeypatch.delenv(lm.MALLOC_TUNING_ENV, raising=False)
+    monkeypatch.setattr(lm, "_malloc_tuned", False)
+    module, data = toy_modules(toy_corpus)
+    quiet_trainer(max_steps=2, limit_val_batches=1).fit(module, data)
+    assert lm._malloc_tuned is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+@pytest.mark.parametrize("setting, tuned", [(None, True), ("0", False)])
+def test_dsf_fit_tunes_the_allocator_unless_opted_out(monkeypatch, tmp_path, setting, tuned):
+    from dsf_lightning.cli import main
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for split in ("train", "valid", "test"):
+        (folder / f"{split}.txt").write_text("a b c d e f\n" * 30)
+    if setting is None:
+        monkeypatch.delenv(lm.MALLOC_TUNING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(lm.MALLOC_TUNING_ENV, setting)
+    monkeypatch.setattr(lm, "_malloc_tuned", False)
+    monkeypatch.chdir(tmp_path)
+    args = ["--data.corpus", "text-folder", "--data.data_root", str(folder), "--model.hidden_sizes", "[4]",
+            "--data.batch_size", "2", "--data.bptt", "4", "--trainer.max_steps", "1", "--trainer.logger", "false",
+            "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false", "--trainer.limit_val_batches", "1"]
+    assert main(["validate", *args]) == 0
+    assert lm._malloc_tuned is False  # only `fit` trains
+    assert main(["fit", *args]) == 0
+    assert lm._malloc_tuned is tuned
