@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_list_recipes_parsers(what)
     add_reproduce_parser(commands)
     add_score_parser(commands)
+    from .generate_command import add_generate_parser
+
+    add_generate_parser(commands)
     add_export_parser(commands)
     add_push_parser(commands)
     from .analysis.command import add_analyze_parser

@@ -760,6 +760,16 @@ class Scorer:
         )
 
 
+    def generate(self, prompt: str = "", **options):
+        """Generate text after ``prompt`` with the recurrent state carried (the prompt is read once):
+        ``max_new_tokens``, ``temperature`` (0: greedy), ``top_k``, ``top_p``, ``seed``, ``num_samples``
+        (one batch), ``ban_unk``, ``state`` / ``return_state`` (continue where a call stopped), ``on_token``
+        (streaming). See :func:`dsf_lightning.generation.generate`."""
+        from .generation import generate
+
+        return generate(self, prompt, **options)
+
+
 class _Counter:
     """Counts the lines passing through :meth:`wrap` (the pieces of one long file line count once)."""
 

@@ -1,0 +1,110 @@
+"""``dsf generate``: generate text with a pretrained model from the command line.
+
+    dsf generate "the market"                                 # 30 new tokens, streamed as they are drawn
+    dsf generate "the market" -n 50 --temperature 0.8 --top-p 0.9 --seed 1
+    dsf generate "" --temperature 0 --ban-unk                 # greedy, from a sentence start (<eos>)
+    dsf generate "the market" --num-samples 4 --seed 1        # 4 samples in one batch: "[i] text" each
+    dsf generate "the market" --num-samples 4 --json          # one JSON line per sample
+
+One sample is written to stdout token by token (flushed after each, so it streams through a pipe): the
+prompt, then the continuation, then a newline. Several samples are one batch and finish together: each
+is written when done as ``[i] prompt + continuation``, samples separated by a blank line. ``--json``
+writes one JSON object per sample (``sample``, ``prompt``, ``text``, ``tokens``, ``ids``, ``logprobs``).
+See :mod:`dsf_lightning.generation` for what the options do. Errors (bad options, a model that cannot be
+loaded) are one line on stderr, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from . import scoring
+from ._cli_errors import EXIT_ERROR, is_expected, one_line
+from .scoring import ScoringError
+
+DEFAULT_MODEL = "delta-rnn-ptb"
+
+
+def add_generate_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``generate`` subcommand to ``subparsers`` (from ``parser.add_subparsers()``)."""
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with a pretrained model (streamed token by token)",
+        description="Generate text after PROMPT with a pretrained language model: the prompt is read once "
+        "and the recurrent state carried, one step per new token. An empty PROMPT starts a sentence (after "
+        "the model's <eos>).",
+    )
+    p.add_argument("prompt", nargs="?", default="", metavar="PROMPT", help="the text to continue (default: empty)")
+    p.add_argument("--model", "-m", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                   help=f"hub model name, hub repo id or local folder (default: {DEFAULT_MODEL})")
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    p.add_argument("--max-new-tokens", "-n", type=int, default=30, help="tokens to generate (default 30)")
+    p.add_argument("--temperature", "-t", type=float, default=1.0, help="softmax temperature; 0: greedy (default 1)")
+    p.add_argument("--top-k", type=int, default=None, help="sample from the k most probable tokens only")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set with probability >= p")
+    p.add_argument("--seed", type=int, default=None, help="random seed (the same seed gives the same text)")
+    p.add_argument("--num-samples", type=int, default=1, help="samples drawn as one batch (default 1)")
+    p.add_argument("--ban-unk", action="store_true", help="never generate the unknown symbol (<unk>)")
+    p.add_argument("--json", action="store_true", help="one JSON line per sample instead of text")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.set_defaults(handler=generate_command)
+    return p
+
+
+def generate_command(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    try:
+        options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                       top_p=args.top_p, seed=args.seed, num_samples=args.num_samples, ban_unk=args.ban_unk)
+        from .generation import check_options
+
+        check_options(**options)  # before the model is loaded
+        scorer = scoring.from_pretrained(args.model, revision=args.revision, device=args.device)
+        stream = args.num_samples == 1 and not args.json
+        on_token = None
+        if stream:
+            out.write(args.prompt)
+            out.flush()
+
+            def on_token(sample: int, token: str, piece: str) -> None:
+                out.write(piece)
+                out.flush()
+
+        result = scorer.generate(args.prompt, on_token=on_token, **options)
+        samples = result if isinstance(result, list) else [result]
+        if args.json:
+            for i, s in enumerate(samples):
+                out.write(json.dumps({"sample": i, **s.to_dict()}, ensure_ascii=False) + "\n")
+        elif stream:
+            out.write("\n")
+        else:
+            for i, s in enumerate(samples):
+                out.write(("\n" if i else "") + f"[{i}] {args.prompt}{s.text}\n")
+        out.flush()
+        return 0
+    except BrokenPipeError:  # e.g. `dsf generate ... | head`
+        try:
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - silence the interpreter's flush at exit
+        except OSError:
+            pass
+        return 0
+    except Exception as err:  # noqa: BLE001 - expected errors become one line, bugs keep their traceback
+        if not is_expected(err, ScoringError):
+            raise
+        print(f"dsf generate: error: {one_line(err)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dsf_lightning.generate_command ...`` (the same as ``dsf generate ...``)."""
+    parser = argparse.ArgumentParser(prog="dsf")
+    add_generate_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["generate", *(sys.argv[1:] if argv is None else argv)])
+    return args.handler(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
