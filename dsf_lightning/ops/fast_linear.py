@@ -32,8 +32,9 @@ When it is *not* used (falls back to ``F.linear`` exactly)
 * the switch is off (``set_fast_linear_enabled(False)`` or env ``DSF_FAST_LINEAR=0`` at import);
 * any tensor is not a plain strided fp32 CPU tensor (CUDA, float64, bf16, sparse, tensor subclasses with
   ``__torch_function__``), or shapes are not those of ``F.linear`` (``F.linear`` then raises its error);
-* CPU autocast is active (bf16/fp16 autocast stays torch's business), or under ``torch.compile``
-  tracing (inductor has its own oneDNN linear), or a forward-mode AD level is active, or a ``torch.func``
+* CPU autocast is active (bf16/fp16 autocast stays torch's business), or under ``torch.compile`` /
+  ``torch.export`` tracing (inductor has its own oneDNN linear) or a TorchScript trace (what
+  ``torch.onnx.export(dynamo=False)`` records: no exporter knows oneDNN's op), or a forward-mode AD level is active, or a ``torch.func``
   transform (``vjp``, ``jacrev``, ``vmap``, ...) is active: a classic ``autograd.Function`` cannot run
   under them, ``F.linear`` can;
 * oneDNN is unavailable or disabled (``torch.backends.mkldnn.enabled = False``);
@@ -161,6 +162,11 @@ def _plain_cpu_fp32(t: Tensor) -> bool:
 
 def would_use_fast_path(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
     """True when ``fast_linear(x, weight, bias)`` would take the oneDNN path (else it calls ``F.linear``)."""
+    # first, before anything dynamo cannot put in a graph (the oneDNN switch query returns a bool): under
+    # torch.compile / torch.export and under a TorchScript trace (torch.onnx.export(dynamo=False))
+    # F.linear is what a compiler or an exporter knows
+    if _compiling() or torch.jit.is_tracing():
+        return False
     if not _ENABLED or _IP is None or not torch._C._get_mkldnn_enabled():
         return False
     if not (isinstance(x, Tensor) and isinstance(weight, Tensor)):
@@ -181,7 +187,7 @@ def would_use_fast_path(x: Tensor, weight: Tensor, bias: Tensor | None = None) -
     tensors = (x, weight) if bias is None else (x, weight, bias)
     if torch.overrides.has_torch_function(tensors):
         return False
-    if _autocast_cpu_active() or _compiling():
+    if _autocast_cpu_active():
         return False
     if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # no jvp rule: F.linear handles duals
         return False
