@@ -43,6 +43,10 @@ class Settings:
     # (B, H) configurations: the LM size, and a small one whose [B, T, H] tensors stay in the caches
     scan_shapes: tuple[tuple[int, int], ...] = ((64, 512), (8, 64))
     scan_rounds: int = 5
+    # part 6: text generation
+    gen_tokens: int = 200
+    gen_batch_sizes: tuple[int, ...] = (1, 8)
+    gen_rounds: int = 3
 
     @classmethod
     def for_mode(cls, mode: str, **overrides) -> "Settings":
@@ -53,7 +57,7 @@ class Settings:
                 decoder_shape=(700, 256, 10_000), lm_steps=6, lm_warmup_steps=2, lm_rounds=2,
                 lm_warmup_runs=0, allocator_rounds=0,
                 score_sentences=100, score_batch_sizes=(32,), score_rounds=1, memory_tokens=(10_000, 30_000),
-                scan_lengths=(35, 256), scan_rounds=2,
+                scan_lengths=(35, 256), scan_rounds=2, gen_tokens=50, gen_rounds=1,
             )
         elif mode == "tiny":
             s = dataclasses.replace(
@@ -61,6 +65,7 @@ class Settings:
                 matmul_square=64, decoder_shape=(24, 16, 100), lm_hidden=16, lm_batch=4, lm_steps=3,
                 lm_warmup_steps=1, lm_rounds=1, lm_warmup_runs=0, allocator_rounds=0, score_sentences=8, score_batch_sizes=(4,), score_rounds=1,
                 memory_tokens=(500, 2_000), scan_lengths=(8,), scan_shapes=((2, 8),), scan_rounds=1,
+                gen_tokens=4, gen_batch_sizes=(1, 2), gen_rounds=1,
             )
         elif mode != "full":
             raise ValueError(f"mode must be full, quick or tiny, got {mode!r}")

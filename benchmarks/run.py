@@ -11,6 +11,7 @@ Parts:
   3. language-model training through the Lightning loop vs a hand-written PyTorch loop (real PTB)
   4. the scorer: batched vs one sentence at a time; peak memory streaming 10k vs 1M tokens
   5. parallel scans (dsf_lightning.ops.scan) vs their loops at T = 35, 256, 1024
+  6. text generation (Scorer.generate): new tokens/s at batch 1 and 8
 
 Contenders run round-robin and every ratio is a per-round ratio (the machine is shared and noisy):
 see :mod:`benchmarks._timing`.
@@ -43,6 +44,7 @@ PARTS = {
     3: "benchmarks.bench_training",
     4: "benchmarks.bench_scoring",
     5: "benchmarks.bench_scan",
+    6: "benchmarks.bench_generation",
 }
 HERE = Path(__file__).resolve().parent
 

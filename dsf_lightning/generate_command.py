@@ -49,6 +49,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=1, help="samples drawn as one batch (default 1)")
     p.add_argument("--ban-unk", action="store_true", help="never generate the unknown symbol (<unk>)")
     p.add_argument("--json", action="store_true", help="one JSON line per sample instead of text")
+    p.add_argument("--normalize", default=None, metavar="NAME",
+                   help="text normalizer applied to the prompt, as `dsf score --normalize` (default: the model's "
+                   "own; none: the prompt as it is)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.set_defaults(handler=generate_command)
     return p
@@ -62,7 +65,8 @@ def generate_command(args: argparse.Namespace) -> int:
         from .generation import check_options
 
         check_options(**options)  # before the model is loaded
-        scorer = scoring.from_pretrained(args.model, revision=args.revision, device=args.device)
+        extra = {} if args.normalize is None else {"normalize": args.normalize}  # the scorer's prompt encoding
+        scorer = scoring.from_pretrained(args.model, revision=args.revision, device=args.device, **extra)
         stream = args.num_samples == 1 and not args.json
         on_token = None
         if stream:

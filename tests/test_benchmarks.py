@@ -25,7 +25,10 @@ def test_suite_writes_results(tmp_path):
         reader = csv.DictReader(f)
         assert reader.fieldnames == COLUMNS
         rows = list(reader)
-    assert {int(r["part"]) for r in rows} == {1, 2, 3, 4, 5}
+    assert {int(r["part"]) for r in rows} == {1, 2, 3, 4, 5, 6}
+    part6 = [r for r in rows if r["part"] == "6"]
+    assert [r["contender"] for r in part6] == ["batch 1", "batch 2"]
+    assert all(r["metric"] == "generated tokens/s" and float(r["median"]) > 0 for r in part6)
     part1 = [r for r in rows if r["part"] == "1" and r["metric"] == "fwd+bwd tokens/s"]
     from dsf_lightning.cells import list_cells
 
@@ -38,6 +41,6 @@ def test_suite_writes_results(tmp_path):
     assert len(results["rows"]) == len(rows)
 
     md = (tmp_path / "RESULTS.md").read_text()
-    for heading in ("## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. "):
+    for heading in ("## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 6. "):
         assert heading in md
     assert "python -m benchmarks --tiny" in md
