@@ -167,6 +167,117 @@ def _check_resume_options(cli, argv: Sequence[str]) -> None:
     check_hyperparameters({k: after.get(k) for k in given}, given, source=f"checkpoint {cli.config[sub]['ckpt_path']}")
 
 
+def _class_spec(value) -> dict | None:
+    """A parsed ``--optimizer`` / ``--lr_scheduler`` value as ``{class_path, init_args}`` (None: not given)."""
+    if not value:
+        return None
+    value = value.as_dict() if hasattr(value, "as_dict") else dict(value)
+    return value if value.get("class_path") else None
+
+
+def _cli_optimization(model, optimizer_init, scheduler_init) -> None:
+    """``dsf fit --optimizer CLASS`` / ``--lr_scheduler CLASS`` (LightningCLI's keys, classes from the recipe
+    allowlist) on top of the module's own ``configure_optimizers``:
+
+    * ``--optimizer``: a module with ``optimizer_factory`` (:class:`~dsf_lightning.training.LanguageModelModule`)
+      builds it over its own parameter groups (``param_group_lr``) and keeps its own schedule; its
+      ``model.optimizer`` / ``lr`` / ``momentum`` / ``weight_decay`` are replaced by the class's init_args. Other
+      modules get it over all their parameters;
+    * ``--lr_scheduler``: stepped on the module's optimizer (or ``--optimizer``'s) every epoch; a
+      ``ReduceLROnPlateau`` (the DSF paper's "halve when validation does not improve") after every validation on
+      ``val_loss``. A module that sets its own schedule (``model.lr_halving_patience``,
+      ``model.lr_decay_after_epoch``) is a :class:`~dsf_lightning.model.ModelConfigError`: one schedule at a time.
+    """
+    from functools import partial, update_wrapper
+    from types import MethodType
+
+    from lightning.pytorch.cli import instantiate_class
+
+    optimizer_init, scheduler_init = _class_spec(optimizer_init), _class_spec(scheduler_init)
+    if optimizer_init is None and scheduler_init is None:
+        return
+    if optimizer_init is not None:
+        if hasattr(model, "optimizer_factory"):
+            model.optimizer_factory = partial(instantiate_class, init=optimizer_init)
+            optimizer_init = None
+    if scheduler_init is not None:
+        from .model import ModelConfigError
+
+        own = type(model).configure_optimizers(model)  # a probe: does the module set a schedule of its own?
+        if isinstance(own, dict) and own.get("lr_scheduler") is not None:
+            hp = getattr(model, "hparams", {})
+            options = [f"model.{k}={hp.get(k)!r}" for k in ("lr_halving_patience", "lr_decay_after_epoch")
+                       if hp.get(k) is not None]
+            raise ModelConfigError(
+                f"--lr_scheduler {scheduler_init['class_path']} and the model's own schedule ({', '.join(options) or 'configure_optimizers'}) "
+                "would both set the learning rate: drop --lr_scheduler, or turn the model's off "
+                "(--model.lr_halving_patience null / --model.lr_decay_after_epoch null)"
+            )
+    configure = partial(_configure_optimizers, optimizer_init=optimizer_init, scheduler_init=scheduler_init)
+    update_wrapper(configure, type(model).configure_optimizers)
+    model.configure_optimizers = MethodType(configure, model)
+
+
+def _configure_optimizers(model, optimizer_init=None, scheduler_init=None):
+    """``configure_optimizers`` of a module under :func:`_cli_optimization`."""
+    import torch
+    from lightning.pytorch.cli import instantiate_class
+
+    result = type(model).configure_optimizers(model)
+    if optimizer_init is not None:  # a module without optimizer_factory: LightningCLI's own behaviour
+        return _with_schedule(instantiate_class(model.parameters(), optimizer_init), scheduler_init)
+    if scheduler_init is None:
+        return result
+    optimizer = result["optimizer"] if isinstance(result, dict) else result
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"--lr_scheduler needs one optimizer from {type(model).__name__}.configure_optimizers, got {result!r}")
+    return _with_schedule(optimizer, scheduler_init)
+
+
+def _with_schedule(optimizer, scheduler_init):
+    import torch
+    from lightning.pytorch.cli import instantiate_class
+
+    if scheduler_init is None:
+        return optimizer
+    scheduler = instantiate_class(optimizer, scheduler_init)
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        # strict=False: a run that max_steps ends before a validation is no error (LanguageModelModule steps
+        # plateau schedules itself after every validation; Lightning steps them at epoch ends for other modules)
+        config = {"scheduler": scheduler, "monitor": getattr(scheduler, "monitor", None) or "val_loss", "strict": False}
+    else:
+        config = {"scheduler": scheduler, "interval": "epoch"}
+    return {"optimizer": optimizer, "lr_scheduler": config}
+
+
+#: the loggers that need a package dsf-lightning does not install: (importable names, the extra that installs one)
+LOGGER_EXTRAS = {"TensorBoardLogger": (("tensorboard", "tensorboardX"), "tensorboard"), "WandbLogger": (("wandb",), "wandb")}
+
+
+class LoggerPackageError(ModuleNotFoundError):
+    """A recipe or command line names a logger whose package is not installed (the message names the extra)."""
+
+
+def check_logger_packages(trainer) -> None:
+    """Raise :class:`LoggerPackageError` when ``trainer.logger`` (one spec or a list) names a logger of
+    :data:`LOGGER_EXTRAS` none of whose packages is importable, before Lightning fails on it mid-parse."""
+    import importlib.util
+
+    value = trainer.get("logger") if trainer is not None and hasattr(trainer, "get") else None
+    for spec in value if isinstance(value, (list, tuple)) else [value]:
+        path = spec.get("class_path") if hasattr(spec, "get") else spec if isinstance(spec, str) else None
+        name = str(path).rsplit(".", 1)[-1] if path else None
+        if name not in LOGGER_EXTRAS:
+            continue
+        packages, extra = LOGGER_EXTRAS[name]
+        if not any(importlib.util.find_spec(p) is not None for p in packages):
+            raise LoggerPackageError(
+                f"trainer.logger {name} needs the {' or '.join(repr(p) for p in packages)} package, which is not "
+                f"installed: pip install 'dsf-lightning[{extra}]' (or choose lightning.pytorch.loggers.CSVLogger, "
+                "which needs nothing more)"
+            )
+
+
 def _early_stopping_after_validation(callbacks) -> None:
     """Make every ``EarlyStopping`` whose ``check_on_train_epoch_end`` was not given check after each
     validation. Lightning's default checks at the training-epoch end, which raises "val_loss not available"
@@ -263,6 +374,12 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             model = self.config.get(sub, {}).get("model") if sub else None
             self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
 
+        def _add_configure_optimizers_method_to_model(self, subcommand) -> None:
+            # LightningCLI's --optimizer / --lr_scheduler, combined with the module's own optimizer options
+            # instead of replacing its configure_optimizers (which dropped param_group_lr and the schedule, and
+            # ignored an --lr_scheduler given without --optimizer)
+            _cli_optimization(self.model, self._get(self.config_init, "optimizer"), self._get(self.config_init, "lr_scheduler"))
+
         def before_fit(self) -> None:
             # training's process-wide allocator policy (glibc: large per-step buffers reused, not page-faulted
             # in every step; DSF_MALLOC_TUNING=0 opts out): the command's choice, never an import's side effect
@@ -275,6 +392,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             # Lightning lists `devices` indices up front: refuse absurd counts (ValueError) before that
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
             check_parsed_config(config)  # no class spec left half-parsed in a plain-data option
+            check_logger_packages(config.get("trainer"))  # a logger whose package is missing: name the extra
             check_trainer_counts(config.get("trainer"))
 
         def instantiate_trainer(self, **kwargs):
@@ -340,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             lightning_cli(argv)
-        except (UnsafeRecipeError, ResumeMismatchError, ModelConfigError) as err:
+        except (UnsafeRecipeError, ResumeMismatchError, ModelConfigError, LoggerPackageError) as err:
             print(f"dsf {argv[0]}: error: {err}", file=sys.stderr)
             return 2
         except (NonFiniteError, NonFiniteCheckpointError) as err:  # the run diverged

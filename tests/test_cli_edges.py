@@ -83,3 +83,78 @@ def test_dsf_prints_no_args_parameter_warning(tiny_folder, tmp_path, monkeypatch
         with pytest.raises(SystemExit):
             main(["fit", "--help"])
     assert not [w for w in seen if "args parameter" in str(w.message)], [str(w.message)[:120] for w in seen]
+
+
+# ---------------------------------------------------------------------------------- --optimizer / --lr_scheduler
+def _plateau(cli):
+    configs = cli.trainer.lr_scheduler_configs
+    assert len(configs) == 1, "the --lr_scheduler was not used"
+    return configs[0].scheduler
+
+
+@pytest.mark.parametrize("optimizer", [[], ["--optimizer", "SGD", "--optimizer.lr", "0.5"]], ids=["module-optimizer", "cli-optimizer"])
+def test_lightning_cli_lr_scheduler_key_trains_with_the_plateau_schedule(tiny_folder, tmp_path, monkeypatch, optimizer):
+    """The DSF paper's "halve when validation does not improve" as torch's own ReduceLROnPlateau through
+    LightningCLI's keys: stepped with val_loss after every validation, with the module's optimizer (and its
+    model.lr) or with --optimizer."""
+    monkeypatch.chdir(tmp_path)
+    cli = lightning_cli(["fit", *_lm_args(tiny_folder), "--model.lr_halving_patience", "null", *optimizer,
+                         "--lr_scheduler", "ReduceLROnPlateau", "--lr_scheduler.monitor", "val_loss", "--lr_scheduler.patience", "0",
+                         "--lr_scheduler.factor", "0.5", "--trainer.max_epochs", "3",
+                         "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2"])
+    scheduler = _plateau(cli)
+    assert isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and scheduler.factor == 0.5
+    assert scheduler.best == pytest.approx(float(cli.trainer.callback_metrics["val_loss"]), rel=0.2)  # it was stepped
+    optimizer_used = cli.trainer.optimizers[0]
+    if optimizer:
+        assert isinstance(optimizer_used, torch.optim.SGD) and optimizer_used.defaults["lr"] == 0.5
+    else:
+        assert isinstance(optimizer_used, torch.optim.Adam) and optimizer_used.defaults["lr"] == 0.001  # the recipe's
+
+
+def test_lightning_cli_optimizer_keeps_the_modules_parameter_groups(tiny_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = lightning_cli(["fit", *_lm_args(tiny_folder), "--model.param_group_lr", "{decoder: 0.01}",
+                         "--optimizer", "SGD", "--optimizer.lr", "0.5", "--trainer.max_steps", "1",
+                         "--trainer.limit_val_batches", "1"])
+    groups = cli.trainer.optimizers[0].param_groups
+    assert [g["lr"] for g in groups][:2] == [pytest.approx(0.5 * 1), 0.01]  # the rest at --optimizer.lr
+    assert sum(p.numel() for g in groups for p in g["params"]) == sum(p.numel() for p in cli.model.parameters())
+
+
+def test_two_schedules_at_once_are_a_clear_error(tiny_folder, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the recipe sets model.lr_halving_patience: 0
+    assert main(["fit", *_lm_args(tiny_folder), "--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "1",
+                 "--trainer.max_steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "lr_halving_patience" in err and "--lr_scheduler" in err
+
+
+# ---------------------------------------------------------------------------------- loggers and their extras
+@pytest.mark.parametrize("logger, package, extra", [("TensorBoardLogger", "tensorboard", "tensorboard"),
+                                                    ("WandbLogger", "wandb", "wandb")])
+def test_a_logger_whose_package_is_missing_names_the_extra(tiny_folder, tmp_path, monkeypatch, capsys, logger, package, extra):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.split(".")[0] in (package, "tensorboardX") else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", *_lm_args(tiny_folder), "--trainer.logger", logger, "--trainer.max_steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"dsf-lightning[{extra}]" in err and logger in err
+
+
+def test_the_optional_dependencies_declare_the_logger_extras():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("tensorboard") for r in extras["tensorboard"])
+    assert any(r.startswith("wandb") for r in extras["wandb"])
+
+
+def test_the_loggers_are_on_the_recipe_allowlist():
+    from dsf_lightning.training.recipe_guard import ALLOWED_CLASSES
+
+    for name in ("CSVLogger", "TensorBoardLogger", "WandbLogger"):
+        assert f"lightning.pytorch.loggers.{name}" in ALLOWED_CLASSES

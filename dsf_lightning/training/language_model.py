@@ -86,7 +86,9 @@ class LanguageModelModule(L.LightningModule):
             std: sigma}`` (DSF paper); None (default): each cell's own (:class:`~dsf_lightning.model.LMConfig`).
         cell, hidden_sizes, cell_options, embedding_size, tie_weights, dropout_*, variational: the
             model (see :class:`~dsf_lightning.model.LMConfig`).
-        optimizer: ``"adam"`` (the DSF paper's choice) or ``"sgd"`` (the SCRN / awd-lstm baselines).
+        optimizer: ``"adam"`` (the DSF paper's choice) or ``"sgd"`` (the SCRN / awd-lstm baselines); LightningCLI's
+            ``--optimizer`` (any allowed ``torch.optim`` class) replaces it and ``lr`` / ``momentum`` /
+            ``weight_decay`` (:attr:`optimizer_factory`), keeping the ``param_group_lr`` groups and the schedule.
         lr, momentum, weight_decay: optimizer settings.
         param_group_lr: learning rates for parameters whose name contains a key, e.g.
             ``{"rho": 1e-6}`` for the IRLM paper's 1000-fold smaller rate on the self-connections (with
@@ -123,6 +125,10 @@ class LanguageModelModule(L.LightningModule):
             ``cell_options.dropout``) stays as given. The data must be encoded with the pretrained
             vocabulary (the CLI links ``model.init_from`` to ``data.vocab_from``).
     """
+
+    #: ``groups -> optimizer`` used by :meth:`configure_optimizers` instead of ``optimizer`` / ``lr`` when set
+    #: (``dsf fit --optimizer``: the CLI sets it; not a hyper-parameter, so not in checkpoints)
+    optimizer_factory = None
 
     def __init__(
         self,
@@ -423,7 +429,10 @@ class LanguageModelModule(L.LightningModule):
             claimed.update(n for n, _ in matched)
             groups.append({"params": [p for _, p in matched], "lr": lr})
         groups.insert(0, {"params": [p for n, p in named if n not in claimed], "lr": hp.lr})
-        if hp.optimizer == "adam":
+        if self.optimizer_factory is not None:  # `dsf fit --optimizer ...`: that optimizer, at its own lr
+            del groups[0]["lr"]  # the param_group_lr groups keep theirs
+            optimizer = self.optimizer_factory(groups)
+        elif hp.optimizer == "adam":
             optimizer = torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
         elif hp.optimizer == "sgd":
             optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)

@@ -87,7 +87,8 @@ ALLOWED_CLASSES: tuple[str, ...] = (
     "lightning.pytorch.callbacks.OnExceptionCheckpoint",
     # Lightning loggers
     "lightning.pytorch.loggers.CSVLogger",
-    "lightning.pytorch.loggers.TensorBoardLogger",
+    "lightning.pytorch.loggers.TensorBoardLogger",  # pip install 'dsf-lightning[tensorboard]'
+    "lightning.pytorch.loggers.WandbLogger",  # pip install 'dsf-lightning[wandb]'
     # Lightning plugins, strategies, profilers, accelerators
     "lightning.pytorch.plugins.TorchCheckpointIO",
     "lightning.pytorch.plugins.MixedPrecision",
