@@ -256,3 +256,17 @@ def test_dsf_generate_bad_arguments_exit_2_with_one_line(capsys, argv, message):
     assert main(["generate", PROMPT, *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dsf generate: error:") and message in err and err.count("\n") == 1
+
+
+def test_detokenizer_joins_words_concatenates_characters_and_restores_subword_boundaries():
+    from dsf_lightning.generation import Detokenizer
+
+    word = Detokenizer(get_tokenizer("word"), "<eos>")
+    assert word.text(["the", "market", "<eos>", "it", "rose"]) == "the market\nit rose"
+    assert word.text(["rose"], line_start=False) == " rose"  # after a prompt that ends inside a line
+    char = Detokenizer(get_tokenizer("char", mode="plain"), "<eos>")
+    assert char.text(["t", "o", "_", "b", "e", "<eos>", "o"]) == "to be\no"
+    marked = Detokenizer(get_tokenizer("subword", boundary="<w>"), "<eos>")
+    assert marked.text(["ban", "kn", "ote", "<w>", "the", "<eos>", "str", "eet"]) == "banknote the\nstreet"
+    unmarked = Detokenizer(get_tokenizer("subword"), "<eos>")  # no boundary symbol: pieces stay apart
+    assert unmarked.text(["ban", "kn", "ote"]) == "ban kn ote"
