@@ -1,4 +1,4 @@
-"""``dsf export``, ``dsf push`` and ``dsf list models``: argparse parts the ``dsf`` CLI registers.
+"""``dsf export`` (a pretrained folder, or ``--format onnx``), ``dsf push`` and ``dsf list models``: argparse parts the ``dsf`` CLI registers.
 
 Each ``add_*_parser(subparsers)`` adds one subcommand with ``set_defaults(handler=...)``; handlers
 return an exit code (0 ok, 1 failed) and report failures as ``error: ...`` on stderr, without a
@@ -92,7 +92,10 @@ def _key_value(text: str) -> tuple[str, Any]:
 # ------------------------------------------------------------------------------------------ export
 @_guard
 def export_command(args: argparse.Namespace) -> int:
-    """Turn a Lightning checkpoint into a pretrained model folder."""
+    """Turn a Lightning checkpoint into a pretrained model folder (or, ``--format onnx``, a model into an
+    ONNX graph)."""
+    if args.format == "onnx":
+        return _export_onnx(args)
     eval_results = _json_arg(args.eval_results, "--eval-results")
     info = _json_arg(args.info, "--info")
     if eval_results is not None and not isinstance(eval_results, list):
@@ -119,16 +122,55 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
+_FOLDER_ONLY = {"eval_results": "--eval-results", "evaluate": "--evaluate", "dynamic": "--dynamic", "info": "--info",
+                "card_extra": "--card-extra"}
+
+
+def _export_onnx(args: argparse.Namespace) -> int:
+    """``dsf export --format onnx MODEL OUTPUT.onnx``: MODEL is a checkpoint, a pretrained folder or a name."""
+    from ..export import to_onnx
+
+    given = [flag for key, flag in _FOLDER_ONLY.items() if getattr(args, key)]
+    if args.dtype != "float32":
+        given.append("--dtype")
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} belong(s) to the pretrained folder format, not to --format onnx (an ONNX graph has "
+            "float32 weights and no model card): drop them, or export a folder first"
+        )
+    source = Path(args.checkpoint).expanduser()
+    if source.suffix == ".ckpt" or source.is_file():
+        from .format import pretrained_from_checkpoint
+
+        model = pretrained_from_checkpoint(
+            source, args.corpus, data_root=args.data_root, corpus_options=dict(args.corpus_option or [])
+        )
+    else:
+        model = args.checkpoint  # a pretrained folder or a published name: the hub's loader resolves it
+    path = to_onnx(model, args.output, opset=args.opset, check=not args.no_check)
+    checked = "" if args.no_check else ", checked against onnxruntime"
+    print(f"exported {args.checkpoint} -> {path} ({path.stat().st_size / 1e6:.2f} MB ONNX{checked})")
+    return 0
+
+
 def add_export_parser(subparsers) -> argparse.ArgumentParser:
     """``dsf export CHECKPOINT OUTPUT``."""
     parser = subparsers.add_parser(
         "export",
         help="turn a training checkpoint into a pretrained model folder",
         description="Read a LanguageModelModule checkpoint safely (weights_only) and write a pretrained folder "
-        "(config.json, model.safetensors, vocab.json, tokenizer.json, README.md) atomically.",
+        "(config.json, model.safetensors, vocab.json, tokenizer.json, README.md) atomically. With --format onnx: "
+        "write a checkpoint, pretrained folder or published model as one ONNX graph (inputs tokens [batch, time] "
+        "and the state, outputs logits and the final state; batch and time dynamic), checked against onnxruntime.",
     )
-    parser.add_argument("checkpoint", help="the Lightning .ckpt file")
-    parser.add_argument("output", help="the folder to write (replaced atomically if it is a model folder)")
+    parser.add_argument("checkpoint", help="the Lightning .ckpt file (--format onnx: also a pretrained folder or a published name)")
+    parser.add_argument("output", help="the folder to write (replaced atomically if it is a model folder); --format onnx: the .onnx file")
+    parser.add_argument("--format", choices=("folder", "onnx"), default="folder",
+                        help="folder: a pretrained model folder (default); onnx: an ONNX graph for onnxruntime "
+                        "(needs pip install 'dsf-lightning[onnx]')")
+    parser.add_argument("--opset", type=int, help="--format onnx: the ONNX opset (default: the exporter's)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="--format onnx: do not run the graph with onnxruntime against PyTorch after writing it")
     parser.add_argument("--corpus", help="corpus name for the vocabulary (default: from the checkpoint or the CLI config.yaml beside it)")
     parser.add_argument("--data-root", help="where the corpus files are (default: $DSF_DATA_ROOT)")
     parser.add_argument("--corpus-option", action="append", type=_key_value, metavar="KEY=VALUE",
