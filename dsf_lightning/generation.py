@@ -59,7 +59,8 @@ class GenerationState:
     """Where generation stands: the model's recurrent state after every token but the last one, that
     last token (not yet read: the next step reads it and predicts what follows), the random generator,
     and the detokenizer's position (so the next text piece gets the right spacing). Pass it back with
-    ``generate(..., state=state)`` to continue; ``generate(..., return_state=True)`` returns it."""
+    ``generate(..., state=state)`` to continue; ``generate(..., return_state=True)`` returns it. A state is
+    not changed by continuing from it (its generator is copied): two calls from one state draw the same."""
 
     model_state: tuple
     last: Tensor  # [B] token ids, not yet read
@@ -216,7 +217,9 @@ def generate(
         line_start = not prompt or prompt.endswith("\n")
         batch = 1
     else:
-        generator = state.generator
+        # a copy: a state is a value, so two calls from the same state draw the same tokens (branching)
+        generator = torch.Generator(device=state.generator.device)
+        generator.set_state(state.generator.get_state())
         if seed is not None:
             generator.manual_seed(seed)
         model_state, last = state.model_state, state.last

@@ -143,6 +143,14 @@ def test_n_calls_of_one_token_equal_one_call_of_n_tokens_with_the_state_carried(
             assert "".join(p.text for p in pieces) == whole.text
 
 
+def test_a_state_is_a_value_two_continuations_from_it_are_the_same(scorer):
+    _, state = scorer.generate(PROMPT, max_new_tokens=3, seed=9, return_state=True)
+    a = scorer.generate("", max_new_tokens=6, state=state)
+    b = scorer.generate("", max_new_tokens=6, state=state)
+    assert a.ids == b.ids
+    assert scorer.generate("", max_new_tokens=6, state=state, seed=1).ids != a.ids  # a seed reseeds
+
+
 def test_a_prompt_given_with_a_state_continues_the_text(scorer):
     whole = scorer.generate("the market rose", max_new_tokens=4, temperature=0)
     _, state = scorer.generate("the market", max_new_tokens=0, temperature=0, return_state=True)
