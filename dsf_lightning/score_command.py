@@ -5,6 +5,12 @@
     dsf score --file valid.txt                            # a whole document, streamed (carried state)
     dsf score --file valid.txt --per-token --json > out.json
     dsf score --model ./my-model --carry-state "first sentence" "second sentence"
+    dsf score --normalize none "the market rose"          # text as it is (default: the model's normalizer)
+
+Text is normalized like the model's training data before it is scored (the model folder's ``normalize``,
+e.g. ``ptb``: lowercase, punctuation dropped, numbers as N, ``it 's``); ``--normalize NAME`` picks one,
+``--normalize none`` turns it off. The out-of-vocabulary rate is shown (``oov%``); above 5% a warning
+is logged.
 
 Errors (empty text, unknown symbol of a closed vocabulary, unreadable file, a model that cannot be
 found or loaded) are printed as one line on stderr, with exit code 2.
@@ -20,6 +26,7 @@ from typing import Sequence, TextIO
 
 from ._cli_errors import EXIT_ERROR, is_expected, one_line
 from . import scoring
+from .data.normalize import list_normalizers
 from .scoring import LN2, DocumentScore, ScoringError, SentenceScore
 
 DEFAULT_MODEL = "delta-rnn-ptb"
@@ -46,6 +53,9 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     p.add_argument("--window", type=int, default=256, help="time steps per forward pass (default 256)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--normalize", default=None, metavar="NAME",
+                   help=f"text normalizer applied before tokenizing: {', '.join(list_normalizers())} "
+                   "(default: the model's own, e.g. ptb for the PTB models; none: score the text as it is)")
     p.set_defaults(handler=score_command)
     return p
 
@@ -58,8 +68,10 @@ def score_command(args: argparse.Namespace) -> int:
         if not args.file and not args.texts:
             raise ScoringError('nothing to score: give a TEXT (dsf score "some text") or --file PATH')
         scorer = scoring.from_pretrained(
-            args.model, revision=args.revision, device=args.device, batch_size=args.batch_size, window=args.window
+            args.model, revision=args.revision, device=args.device, batch_size=args.batch_size, window=args.window,
+            normalize=args.normalize,
         )
+        args.normalizer = scorer.normalizer.name if scorer.normalizer is not None else None
         if args.file:
             _score_file(scorer, args, out)
         else:
@@ -103,6 +115,7 @@ def _clean(d: dict) -> dict:
 def _sentences_json(results: list[SentenceScore], args, out: TextIO) -> None:
     doc = {
         "model": args.model,
+        "normalize": args.normalizer,
         "carry_state": bool(args.carry_state),
         "sentences": [_clean(r.to_dict(per_token=args.per_token)) for r in results],
     }
@@ -120,10 +133,10 @@ def _sentences_table(results: list[SentenceScore], args, out: TextIO) -> None:
             _token_rows(zip(r.tokens, r.logprobs), out)
             out.write(f"    {_summary(r.num_tokens, r.num_oov, r.logprob, r.ppl, r.bpc if char else None)}\n")
         return
-    head = ["#", "tokens", "oov", "logprob", "ppl"] + (["bpc"] if char else []) + ["text"]
+    head = ["#", "tokens", "oov", "oov%", "logprob", "ppl"] + (["bpc"] if char else []) + ["text"]
     rows = []
     for i, r in enumerate(results):
-        row = [str(i), str(r.num_tokens), str(r.num_oov), _fmt(r.logprob), _fmt(r.ppl, 3)]
+        row = [str(i), str(r.num_tokens), str(r.num_oov), f"{100 * r.oov_rate:.1f}", _fmt(r.logprob), _fmt(r.ppl, 3)]
         if char:
             row.append(_fmt(r.bpc))
         rows.append(row + [r.text])
@@ -140,7 +153,7 @@ def _token_rows(pairs, out: TextIO, width: int = 16) -> None:
 
 
 def _summary(n: int, oov: int, logprob: float, ppl: float, bpc: float | None) -> str:
-    text = f"{n} tokens, {oov} oov, logprob {_fmt(logprob)}, ppl {_fmt(ppl, 3)}"
+    text = f"{n} tokens, {oov} oov ({100 * oov / n if n else 0:.1f}%), logprob {_fmt(logprob)}, ppl {_fmt(ppl, 3)}"
     return text + (f", bpc {_fmt(bpc)}" if bpc is not None else "")
 
 
@@ -148,7 +161,8 @@ def _score_file(scorer, args, out: TextIO) -> None:
     """A document, streamed: with --per-token every token is written as it is scored."""
     on_token = None
     if args.per_token and args.json:
-        out.write('{"source": %s, "model": %s, "tokens": [' % (json.dumps(args.file), json.dumps(args.model)))
+        out.write('{"source": %s, "model": %s, "normalize": %s, "tokens": ['
+                  % (json.dumps(args.file), json.dumps(args.model), json.dumps(args.normalizer)))
         first = [True]
 
         def on_token(token: str, lp: float) -> None:
@@ -171,7 +185,8 @@ def _score_file(scorer, args, out: TextIO) -> None:
             rest = json.dumps(summary, ensure_ascii=False)[1:]  # '"num_lines": ..., ...}'
             out.write("\n], " + rest + "\n")
         else:
-            json.dump({"source": args.file, "model": args.model, **summary}, out, ensure_ascii=False, indent=2)
+            json.dump({"source": args.file, "model": args.model, "normalize": args.normalizer, **summary}, out,
+                      ensure_ascii=False, indent=2)
             out.write("\n")
         return
     if not args.per_token:

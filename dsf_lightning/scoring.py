@@ -17,9 +17,16 @@ Conventions (the same for word, character and subword models; the pretrained's o
   first token of a sequence is context only and is not scored.
 * ``logprobs`` are natural logs; ``surprisal`` is in bits (``-logprob / ln 2``); ``ppl`` is
   ``exp(-mean logprob)``; ``bpc`` (character models only) is the mean surprisal in bits per symbol.
-* Out-of-vocabulary words become the unknown symbol (``<unk>``) and are counted in ``num_oov``; a
-  closed vocabulary (characters) has no unknown symbol, so an unknown symbol is a
+* Out-of-vocabulary words become the unknown symbol (``<unk>``) and are counted in ``num_oov``
+  (``oov_rate`` = ``num_oov / num_tokens``; a literal ``<unk>`` in the text is a vocabulary symbol, not
+  an OOV word). A rate above :data:`OOV_WARN_RATE` (5%) logs a warning: the perplexity of such text says
+  little. A closed vocabulary (characters) has no unknown symbol, so an unknown symbol is a
   :class:`ScoringError` that names it and lists what the vocabulary contains.
+* Text is first normalized like the model's training data (:mod:`dsf_lightning.data.normalize`): a
+  model folder records its normalizer (``"normalize": "ptb"`` in config.json: lowercase, punctuation
+  dropped, numbers as ``N``, Treebank clitics, one sentence per line) and it is applied by default;
+  ``normalize="none"`` scores the text as it is, ``normalize="ptb"`` asks for one. Results keep the
+  original ``text``; ``tokens`` are what the model read.
 
 :meth:`Scorer.score` batches a list of sentences (sorted by length, right-padded, padding masked out
 — padding never changes a sentence's numbers, results come back in input order);
@@ -45,6 +52,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from torch import Tensor
 
+from .data.normalize import Normalizer, NormalizerError, list_normalizers, normalizer_for_corpus, resolve_normalize
+
 __all__ = [
     "DocumentScore",
     "Scorer",
@@ -65,6 +74,10 @@ READ_LIMIT = 1 << 16
 # A tokenizer that cannot cut a line (Tokenizer.cut_at is None) gets whole lines up to this size.
 MAX_LINE_BYTES = 1 << 26
 _PROGRESS_MIN_BYTES = 1 << 20  # files smaller than this get no progress bar
+#: Above this share of out-of-vocabulary tokens a scoring call logs a warning. PTB's own test set has 5.8%
+#: <unk> tokens, all literal in the file (0% OOV by this count); raw English read by the PTB model as it
+#: comes: 31% (newswire prose) to 41% (Shakespeare), normalized: 0.2% and 17% (tests/test_scoring_normalize.py).
+OOV_WARN_RATE = 0.05
 
 
 class ScoringError(ValueError):
@@ -94,6 +107,11 @@ class _Rates:
         if not self.char_level or not self.num_tokens:
             return None
         return -self.logprob / self.num_tokens / LN2
+
+    @property
+    def oov_rate(self) -> float:
+        """Share of the scored tokens that were out-of-vocabulary words (scored as the unknown symbol)."""
+        return self.num_oov / self.num_tokens if self.num_tokens else 0.0
 
     @property
     def surprisal(self) -> list[float] | None:
@@ -128,6 +146,7 @@ class SentenceScore(_Rates):
             "text": self.text,
             "num_tokens": self.num_tokens,
             "num_oov": self.num_oov,
+            "oov_rate": self.oov_rate,
             "logprob": self.logprob,
             "ppl": self.ppl,
         }
@@ -162,6 +181,7 @@ class DocumentScore(_Rates):
             "num_lines": self.num_lines,
             "num_tokens": self.num_tokens,
             "num_oov": self.num_oov,
+            "oov_rate": self.oov_rate,
             "logprob": self.logprob,
             "ppl": self.ppl,
         }
@@ -360,9 +380,20 @@ class Scorer:
     ``batch_size``: sentences per forward pass in :meth:`score`. ``window``: time steps per forward
     pass (the state is carried between windows; bounds the memory of long sentences and documents).
     The model is moved to ``device``, put in eval mode and its parameters stop requiring gradients.
+    ``normalize``: the text normalizer (:mod:`dsf_lightning.data.normalize`) applied before tokenizing:
+    None (default) is the model's own (``pretrained.normalize``, config.json's ``normalize``), ``"none"``
+    scores text as it is, a name (``"ptb"``) or a :class:`~dsf_lightning.data.normalize.Normalizer` asks
+    for that one. :attr:`normalizer` is what is applied (None for nothing).
     """
 
-    def __init__(self, pretrained: Any, device: str | torch.device = "cpu", batch_size: int = 32, window: int = 256):
+    def __init__(
+        self,
+        pretrained: Any,
+        device: str | torch.device = "cpu",
+        batch_size: int = 32,
+        window: int = 256,
+        normalize: str | Normalizer | None = None,
+    ):
         for name, value in (("batch_size", batch_size), ("window", window)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ScoringError(f"{name} must be a positive integer, got {value!r}")
@@ -394,6 +425,21 @@ class Scorer:
         self._pad_id = self.eos_id if self.eos_id is not None else 0
         self._symbols = self.vocab.symbols
         self._stoi = self.vocab.stoi
+        own = getattr(pretrained, "normalize", None)
+        try:
+            self.normalizer: Normalizer | None = resolve_normalize(normalize, own)
+        except NormalizerError as err:
+            if normalize is None:
+                raise ScoringError(
+                    f"the model's config.json asks for text normalizer {own!r:.80}, which this installation does not "
+                    f"know (known: {', '.join(list_normalizers())}); upgrade dsf-lightning, or score the text as it is "
+                    "with normalize='none' (dsf score --normalize none)"
+                ) from None
+            raise ScoringError(f"{err} (the normalize option, dsf score --normalize)") from None
+        info = getattr(pretrained, "info", None)
+        corpus = info.get("corpus") if isinstance(info, dict) else None
+        #: the normalizer this model's training data calls for (to suggest when none is applied)
+        self.own_normalize: str | None = own or (normalizer_for_corpus(corpus) if isinstance(corpus, str) else None)
 
     # -- construction / saving -------------------------------------------------------------------
     @classmethod
@@ -470,6 +516,14 @@ class Scorer:
             f"symbol); the vocabulary's {len(self._symbols)} symbols are: {listing}{more}{hint}"
         )
 
+    def text_lines(self, text: str) -> list[str]:
+        """The lines of ``text`` as the model reads them: normalized by :attr:`normalizer` (one line per
+        sentence, lines left empty dropped) when there is one, else the text's own lines."""
+        lines = _split_text(text)
+        if self.normalizer is None:
+            return lines
+        return [sentence for line in lines for sentence in self.normalizer.normalize_line(line)]
+
     def _encode_text(self, text: Any, where: str) -> tuple[list[int], list[int], list[str]]:
         if not isinstance(text, str):
             raise ScoringError(f"{where} is a {type(text).__name__}, not a str")
@@ -478,7 +532,13 @@ class Scorer:
         ids: list[int] = []
         positions: list[int] = []
         words: list[str] = []
-        lines = _split_text(text)
+        lines = self.text_lines(text)
+        if not lines:
+            raise ScoringError(
+                f"{where} {text[:60]!r}: nothing left to score after normalization (normalizer "
+                f"{self.normalizer.name!r} drops punctuation); to score the text as it is, pass normalize='none' "
+                "(dsf score --normalize none)"
+            )
         for j, line in enumerate(lines):
             line_ids, pos, w = self._encode_line(line, where if len(lines) == 1 else f"{where} line {j + 1}")
             positions.extend(p + len(ids) for p in pos)
@@ -539,11 +599,30 @@ class Scorer:
         y = torch.tensor(targets, dtype=torch.long, device=self.device)
         return self._target_logprobs(feats[0], y).to("cpu", torch.float64), state
 
+    def _normalized_parts(self, parts: Iterable[Part]) -> Iterator[Part]:
+        """Parts of raw lines -> parts of normalized sentences (each sentence ends as a line does, with
+        ``last``); a sentence left open at the end of a part continues in the next part of its line."""
+        if self.normalizer is None:
+            yield from parts
+            return
+        sentence_open = False  # parts of a sentence were handed over with last=False
+        for text, where, last in parts:
+            pieces = self.normalizer.sentences(text)
+            for k, (sentence, closed) in enumerate(pieces):
+                end = closed or (last and k == len(pieces) - 1)
+                if sentence and sentence_open:
+                    sentence = self.normalizer.continue_sentence(sentence)
+                if sentence or (end and sentence_open):
+                    yield sentence, where, end
+                    sentence_open = not end
+
     def _iter_windows(self, parts: Iterable[Part], window: int) -> Iterator[tuple[list[int], Tensor, int]]:
         """Stream parts of lines ``(text, where, last)`` as one sequence with carried state, ``window``
         targets per forward pass; yields ``(target ids, float64 logprobs, number of OOV targets)`` per
         window. Holds at most a window plus one part of tokens, and each window costs the same whatever
-        the length of the line it comes from (the buffer is consumed by index, compacted once per part)."""
+        the length of the line it comes from (the buffer is consumed by index, compacted once per part).
+        The parts are normalized first (:meth:`_normalized_parts`) when the scorer has a normalizer."""
+        parts = self._normalized_parts(parts)
         state = None
         prev = self.eos_id  # the context before the first token; None: the first token is context
         buf: list[int] = []
@@ -607,7 +686,25 @@ class Scorer:
             results = self._score_stream(texts, encoded)
         else:
             results = self._score_independent(texts, encoded)
+        self._warn_oov(sum(r.num_oov for r in results), sum(r.num_tokens for r in results), "the text" if single else "the texts")
         return results[0] if single else results
+
+    def _warn_oov(self, num_oov: int, num_tokens: int, what: str) -> None:
+        """Log a warning when more than :data:`OOV_WARN_RATE` of the scored tokens were OOV words."""
+        if not num_tokens or num_oov / num_tokens <= OOV_WARN_RATE:
+            return
+        if self.normalizer is None and self.own_normalize:
+            hint = (f"normalize the text as the model's training data was: dsf score --normalize {self.own_normalize} "
+                    f"(Scorer(..., normalize={self.own_normalize!r}))")
+        elif self.normalizer is not None:
+            hint = (f"the text was normalized ({self.normalizer.name!r}) and is still far from the training data's "
+                    "vocabulary: its perplexity is not comparable with the model's test perplexity")
+        else:
+            hint = "text this far from the training data's vocabulary gets a perplexity that says little"
+        logger.warning(
+            "%s: %.1f%% of the %s scored tokens (%s) are out of the model's vocabulary and were scored as %r; %s",
+            what, 100 * num_oov / num_tokens, f"{num_tokens:,}", f"{num_oov:,}", self.vocab.unk, hint,
+        )
 
     def _make_result(self, text, ids, positions, words, logprobs, skip_first: bool) -> SentenceScore:
         scored = ids[1:] if skip_first else ids
@@ -747,7 +844,10 @@ class Scorer:
                         on_token(*pair)
         if n_tokens == 0:
             what = "no lines" if counting_lines.n == 0 else "no token to score"
+            if counting_lines.n and self.normalizer is not None:
+                what += f" after normalization ({self.normalizer.name!r}; normalize='none' / --normalize none scores it as it is)"
             raise ScoringError(f"empty text: document {source} has {what}")
+        self._warn_oov(n_oov, n_tokens, f"document {source}")
         return DocumentScore(
             num_tokens=n_tokens,
             num_oov=n_oov,

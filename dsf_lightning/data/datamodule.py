@@ -56,6 +56,12 @@ class LanguageModelDataModule(L.LightningDataModule):
         predict_file: score this UTF-8 text file instead (read with the corpus's tokenizer and vocabulary,
             ``<eos>`` after every line; ``eval_batch_size`` streams: set it to 1 to score every token after
             the first in one stream). See :mod:`dsf_lightning.training.prediction`.
+        normalize: a text normalizer (:mod:`dsf_lightning.data.normalize`: ``none``, ``ptb``, ...) applied
+            to the corpus's lines before tokenizing (``--data.normalize ptb``): for raw text of your own read
+            by a model of a normalized corpus. Default: with ``vocab_from``, the pretrained model's own
+            normalizer (config.json's ``normalize``) unless the corpus is already in that form (``ptb``
+            for a PTB model); without, none. ``none`` turns it off. A ``predict_file`` (your text) is
+            normalized by :meth:`text_normalizer`.
     """
 
     PREDICT_SPLITS = ("test", "valid", "train")
@@ -71,9 +77,15 @@ class LanguageModelDataModule(L.LightningDataModule):
         vocab_from: str | None = None,
         predict_split: Literal["test", "valid", "train"] = "test",
         predict_file: str | None = None,
+        normalize: str | None = None,
     ) -> None:
         super().__init__()
         _check_corpus(corpus)
+        if normalize is not None:
+            from .normalize import get_normalizer
+
+            get_normalizer(normalize)  # an unknown name fails here, naming the known ones
+        self.normalize = normalize
         if predict_split not in self.PREDICT_SPLITS:
             raise ValueError(f"predict_split must be one of {self.PREDICT_SPLITS}, got {predict_split!r:.80}")
         self.predict_split, self.predict_file = predict_split, predict_file
@@ -98,7 +110,9 @@ class LanguageModelDataModule(L.LightningDataModule):
             if self.vocab_from is not None:
                 self._corpus = self._load_with_pretrained_vocab(load_corpus)
             else:
-                self._corpus = load_corpus(self.corpus_name, data_root=self.data_root, **self.corpus_options)
+                self._corpus = load_corpus(
+                    self.corpus_name, data_root=self.data_root, normalize=self.normalize, **self.corpus_options
+                )
         elif self.vocab_from is not None and not getattr(self, "_vocab_checked", False):
             pretrained = self._pretrained()
             if list(self._corpus.vocab.symbols) != list(pretrained.vocab.symbols):
@@ -117,11 +131,30 @@ class LanguageModelDataModule(L.LightningDataModule):
     def _load_with_pretrained_vocab(self, load_corpus):
         from ..finetune import check_corpus_tokenizer, corpus_options_for
 
+        from .normalize import normalizer_for_corpus
+
         pretrained = self._pretrained()
         options = corpus_options_for(self.corpus_name, self.corpus_options, pretrained)
-        corpus = load_corpus(self.corpus_name, data_root=self.data_root, vocab=pretrained.vocab, **options)
+        normalize = self.normalize
+        own = getattr(pretrained, "normalize", None)
+        if normalize is None and own and normalizer_for_corpus(self.corpus_name) != own:
+            normalize = own  # the user's text, written as the pretrained model's training data was
+        corpus = load_corpus(
+            self.corpus_name, data_root=self.data_root, vocab=pretrained.vocab, normalize=normalize, **options
+        )
         check_corpus_tokenizer(corpus, pretrained, self.vocab_from)
         return corpus
+
+    def text_normalizer(self):
+        """The normalizer for a text file of your own read with this corpus's vocabulary (``predict_file``):
+        ``normalize`` when given (``none``: None), else the pretrained model's (``vocab_from``), else the one
+        that writes text in the corpus's form (``ptb`` for ``ptb``)."""
+        from .normalize import get_normalizer, normalizer_for_corpus
+
+        if self.normalize is not None:
+            return get_normalizer(self.normalize)
+        own = getattr(self._pretrained(), "normalize", None) if self.vocab_from is not None else None
+        return get_normalizer(own or normalizer_for_corpus(self.corpus_name))
 
     @property
     def vocab_size(self) -> int:

@@ -79,6 +79,11 @@ class Normalizer(abc.ABC):
         sentence end (``.`` ``!`` ``?``). Only the last piece may be open; a piece may be empty (e.g. a
         lone ``.`` closing a sentence begun in an earlier part of a long line)."""
 
+    def continue_sentence(self, piece: str) -> str:
+        """``piece`` (a sentence's text from :meth:`sentences`) as it reads when it continues a sentence
+        begun in an earlier part of a long line (cut between words)."""
+        return piece
+
     def normalize_line(self, line: str) -> list[str]:
         """The non-empty sentences of one line."""
         return [s for s, _ in self.sentences(line) if s]
@@ -289,6 +294,9 @@ class PTBCharNormalizer(Normalizer):
         if symbols and all(len(s) == 1 and (s in _PTB_CHARS or s == self.space) for s in symbols):
             return [(" ".join(symbols), False)]
         return [(self._spell(sentence), closed) for sentence, closed in _PTB.sentences(line)]
+
+    def continue_sentence(self, piece: str) -> str:
+        return f"{self.space} {piece}"  # the word boundary the cut fell on
 
     def _spell(self, sentence: str) -> str:
         words = ("".join(c for c in word if c in _PTB_CHARS) for word in sentence.split())

@@ -7,7 +7,8 @@ A folder holds (Hugging Face convention)::
                          "weights": {"dtype": "float32" | "float16", "tied_weights": {...}},
                          "files": {name: {"sha256": ..., "size": ...}},   (checksums of the three below)
                          "tokenizer": {"name": ..., "fingerprint": ...},  (what the model was trained
-                         "vocabulary": {"size": ..., "fingerprint": ...}}  with; absent in older folders)
+                         "vocabulary": {"size": ..., "fingerprint": ...},  with; absent in older folders)
+                         "normalize": "ptb"}  (the text normalizer, dsf_lightning.data.normalize; absent: none)
     model.safetensors   the RecurrentLM state dict; every tensor stored once (tied / shared tensors are
                         recorded in the metadata, never duplicated); float16 storage halves the
                         parameters and loading casts them back to the model's float32
@@ -88,12 +89,17 @@ class Pretrained:
     ``corpus``, ``recipe``, ``metrics`` (e.g. ``{"valid_ppl": 97.2, "test_ppl": 93.1}`` or ``*_bpc``),
     ``training_time``, ``hardware``, ``training`` (optimizer settings), ``comparison`` (lines),
     ``description``, ``intended_use``, ``limitations``, ``name``, ``repo_id``.
+
+    ``normalize``: the text normalizer the training data calls for (:mod:`dsf_lightning.data.normalize`,
+    e.g. ``"ptb"``), recorded as config.json's ``normalize`` and applied by the Scorer by default; None:
+    text is read as it is.
     """
 
     model: RecurrentLM
     vocab: Vocabulary
     tokenizer: Tokenizer
     info: dict = field(default_factory=dict)
+    normalize: str | None = None
 
     @property
     def config(self) -> LMConfig:
@@ -214,7 +220,8 @@ def save_pretrained(
     # build the card before touching the disk, so bad eval_results / card_extra fail early
     if eval_results is not None:
         eval_results = normalize_eval_results(eval_results)
-    snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info)
+    normalize = _check_normalize(pretrained.normalize)
+    snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info, normalize)
     build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)
 
     def write(tmp: Path) -> None:
@@ -235,6 +242,7 @@ def save_pretrained(
             # what the model was trained with: checked on load, so a swapped tokenizer.json / vocab.json is
             # refused even when a forger rehashed "files" (issue 13 item 6)
             **identity_records(pretrained.tokenizer, pretrained.vocab),
+            **({"normalize": normalize} if normalize else {}),  # the text normalizer (absent: none)
         }
         _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *CHECKSUMMED)}
@@ -244,6 +252,17 @@ def save_pretrained(
     path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
     logger.info("saved %s (%s weights)", path, dtype)
     return path
+
+
+def _check_normalize(name) -> str | None:
+    """A normalizer name to record (None for ``"none"`` or None); an unknown one is a ValueError."""
+    from ..data.normalize import NormalizerError, get_normalizer
+
+    try:
+        normalizer = get_normalizer(name)
+    except NormalizerError as err:
+        raise ValueError(f"Pretrained.normalize: {err}") from None
+    return normalizer.name if normalizer is not None else None
 
 
 def fingerprint(document: dict) -> str:
@@ -580,7 +599,10 @@ def load_pretrained(folder) -> Pretrained:
     model.load_state_dict(state, strict=True)
     model.eval()
     info = config["info"]
-    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info)
+    normalize = config.get("normalize")  # a name this installation may not know: the Scorer says so
+    if normalize is not None and not (isinstance(normalize, str) and normalize.strip()):
+        raise _fail(folder / CONFIG_FILE, f"'normalize' must name a text normalizer (e.g. \"ptb\") or be absent, got {normalize!r:.80}")
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info, normalize=normalize)
 
 
 # =============================================================================================== checkpoints
@@ -743,7 +765,12 @@ def pretrained_from_checkpoint(
         "training": _jsonable(training),
     }
     recorded.update(copy.deepcopy(info or {}))
-    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"))
+    # the text normalizer: the one the data module applied (data.normalize), else the corpus's own form
+    from ..data.normalize import normalizer_for_corpus
+
+    asked = settings.get("normalize")
+    normalize = _check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"), normalize=normalize)
 
 
 def export_checkpoint(

@@ -213,6 +213,7 @@ def load_corpus(
     cache: bool = True,
     verify: bool = True,
     download: bool = False,
+    normalize: str | None = None,
     **options,
 ) -> Corpus:
     """Load corpus ``name`` (see :func:`list_corpora`) as token-id tensors.
@@ -222,9 +223,18 @@ def load_corpus(
     (or path to its JSON) to encode with. ``cache_dir``: where tokenized results are cached
     (default ``DSF_CACHE_DIR`` or ``~/.cache/dsf_lightning/tokenized``); ``cache=False`` disables it.
     ``verify``: check files against their known sha256. ``download``: fetch missing files that have
-    a direct URL. Other keyword arguments are the corpus's options (e.g. ``language`` for wmt-small).
+    a direct URL. ``normalize``: a text normalizer (:mod:`dsf_lightning.data.normalize`, e.g. ``"ptb"``)
+    applied to every line before tokenizing, for raw text read by a model trained on a normalized
+    corpus (a ``text-folder`` of your own text; the benchmark corpora are already in their form).
+    Other keyword arguments are the corpus's options (e.g. ``language`` for wmt-small).
     """
     start = time.perf_counter()
+    from ..normalize import NormalizerError, get_normalizer
+
+    try:
+        normalizer = get_normalizer(normalize)
+    except NormalizerError as err:
+        raise CorpusError(f"corpus {name!r}: {err} (the normalize option)") from None
     spec = get_corpus_spec(name)
     opts = spec.options(options)
     root, how = resolve_data_root(data_root)
@@ -258,6 +268,7 @@ def load_corpus(
             "files": {split: [digests[str(p)] for p, _ in resolved[split]] for split in splits},
             "options": json.loads(json.dumps(opts, default=_jsonable)),
             "tokenizer": tokenizer.to_dict(), "vocab": vocab.to_dict() if vocab is not None else None,
+            **({"normalize": normalizer.name} if normalizer is not None else {}),  # absent: keys as before
         })
 
     key = key_of(digests)
@@ -276,7 +287,7 @@ def load_corpus(
             logger.warning("%s: a file changed while the corpus was being loaded; using its content as read now", name)
             key = key_of(digests)
             entry = _cache.entry_path(cache_root, name, key) if cache else None
-        tensors, vocab = _build(spec, splits, frozen, opts, tokenizer, vocab)
+        tensors, vocab = _build(spec, splits, frozen, opts, tokenizer, vocab, normalizer)
         _check_unread(name, frozen, digests)
         del frozen
         if entry is not None:
@@ -284,7 +295,8 @@ def load_corpus(
                 _cache.save_entry(entry, key, tensors, vocab, tokenizer)
             except OSError as err:  # a read-only cache must not stop training
                 logger.warning("could not write the corpus cache %s: %s", entry, err)
-    info = {"data_root": str(root), "files": dict(digests), "options": opts, "key": key}
+    info = {"data_root": str(root), "files": dict(digests), "options": opts, "key": key,
+            "normalize": normalizer.name if normalizer is not None else None}
     info.update(cache=str(entry) if entry else None, cached=hit is not None, seconds=time.perf_counter() - start)
     logger.info("loaded %s in %.2fs (%s)", name, info["seconds"], "cache hit" if hit else "built")
     return Corpus(name, vocab, tokenizer.name, tensors, tokenizer=tokenizer, info=info)
@@ -354,11 +366,13 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _build(spec, splits, resolved, opts, tokenizer, vocab):
+def _build(spec, splits, resolved, opts, tokenizer, vocab, normalizer=None):
     raw: dict[str, list[Line]] = {}
     for split in splits:
         paths = [p for p, _ in resolved[split]]
         raw[split] = list(spec.lines(split, paths, opts))
+        if normalizer is not None:  # one line per sentence; lines left empty (blank, punctuation only) dropped
+            raw[split] = [(p, i, s) for p, i, line in raw[split] for s in normalizer.normalize_line(line)]
         if not raw[split]:
             where = ", ".join(map(str, paths))
             raise CorpusError(f"corpus {spec.name!r}: split {split!r} is empty (no lines in {where})")
