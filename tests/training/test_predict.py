@@ -100,6 +100,12 @@ def test_predict_without_an_output_option_writes_to_the_run_folder(tmp_path, mon
     assert main(["predict", *base, "--trainer.default_root_dir", str(tmp_path / "run")]) == 0
     rows = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     assert rows and set(rows[0]) == {"token", "id", "logprob", "surprisal", "position"}
+    # the writer as a recipe callback (it is on the recipe allowlist): used instead of the default one
+    spec = json.dumps({"class_path": "dsf_lightning.training.prediction.TokenLogprobWriter",
+                       "init_args": {"output": str(tmp_path / "cb.jsonl")}})
+    assert main(["predict", *base, "--trainer.default_root_dir", str(tmp_path / "run2"), "--trainer.callbacks", f"[{spec}]"]) == 0
+    assert read_jsonl(tmp_path / "cb.jsonl") == rows
+    assert not (tmp_path / "run2" / "predictions.jsonl").exists()
     with pytest.raises(SystemExit) as exit_:
         main(["predict", *base, "--data.predict_split", "dev"])
     assert exit_.value.code == 2
