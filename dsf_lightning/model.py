@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._hub_mixin import PretrainedModelMixin
 from .cells import RecurrentCell, State, build_cell
 from .cells.base import CellOptionError, check_positive_int, check_probability
 from .ops.fast_linear import fast_linear
@@ -205,9 +206,10 @@ def _dropout_mask(like: Tensor, shape: tuple[int, ...], p: float) -> Tensor:
     return like.new_empty(shape).bernoulli_(1 - p) / (1 - p)
 
 
-class RecurrentLM(nn.Module):
+class RecurrentLM(PretrainedModelMixin, nn.Module):
     """Embedding -> ``len(hidden_sizes)`` recurrent layers of ``config.cell`` -> decoder (eq. 14 of the
-    DSF paper, eq. 8 of the SCRN paper)."""
+    DSF paper, eq. 8 of the SCRN paper). ``RecurrentLM.from_pretrained(name)`` / ``save_pretrained`` /
+    ``push_to_hub``: see :class:`~dsf_lightning._hub_mixin.PretrainedModelMixin`."""
 
     def __init__(self, config: LMConfig, *, check_size: bool = True) -> None:
         """``check_size``: refuse (:class:`ModelConfigError`) a model larger than

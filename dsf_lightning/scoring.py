@@ -444,16 +444,37 @@ class Scorer:
     # -- construction / saving -------------------------------------------------------------------
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str | os.PathLike, revision: str | None = None, **scorer_options
+        cls,
+        name_or_path: str | os.PathLike,
+        revision: str | None = None,
+        *,
+        cache_dir: str | os.PathLike | None = None,
+        force_download: bool = False,
+        local_files_only: bool = False,
+        token: str | bool | None = None,
+        dtype: Any = None,
+        device: str | torch.device = "cpu",
+        batch_size: int = 32,
+        window: int = 256,
+        normalize: str | Normalizer | None = None,
+        **unknown,
     ) -> "Scorer":
-        """Resolve (hub name, repo id or local folder), load and wrap a pretrained model."""
+        """Resolve (hub name, repo id or local folder), load strictly and wrap a pretrained model.
+
+        ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``: huggingface_hub's
+        download keywords (only the model's files are fetched; a local folder or the bundled copy needs no
+        download). ``dtype``: ``torch.float16`` / ``torch.bfloat16`` / ``torch.float32`` or its name, the
+        weights cast after the strict load (log-probabilities are still computed in float32).
+        ``device``, ``batch_size``, ``window``, ``normalize``: the :class:`Scorer`'s.
+        """
         try:
-            from .hub.format import load_pretrained
-            from .hub.registry import resolve
+            from .hub.registry import HUB_KEYWORDS, check_keywords, load
         except ImportError as err:
             raise ScoringError(f"the model hub (dsf_lightning.hub) is not available: {err}") from err
-        folder = resolve(name_or_path, revision=revision)
-        return cls(load_pretrained(folder), **scorer_options)
+        check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "dtype", "device", "batch_size", "window", "normalize"))
+        pretrained = load(name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir, force_download=force_download,
+                          local_files_only=local_files_only, token=token)
+        return cls(pretrained, device=device, batch_size=batch_size, window=window, normalize=normalize)
 
     def save_pretrained(self, folder: str | os.PathLike, **kw):
         """Save the wrapped pretrained model with :func:`dsf_lightning.hub.format.save_pretrained`."""
@@ -556,7 +577,7 @@ class Scorer:
         rows = max(64, DECODE_ELEMENTS // max(1, len(self.vocab)))
         parts = []
         for i in range(0, n, rows):
-            logits = self.model.decode(feats[i : i + rows])
+            logits = self.model.decode(feats[i : i + rows]).float()  # a half-precision model: normalize in float32
             logp = torch.log_softmax(logits, dim=-1)
             parts.append(logp.gather(-1, targets[i : i + rows, None]).squeeze(-1))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -885,8 +906,9 @@ class _Counter:
             yield item
 
 
-def from_pretrained(name_or_path: str | os.PathLike, revision: str | None = None, **scorer_options) -> Scorer:
+def from_pretrained(name_or_path: str | os.PathLike, revision: str | None = None, **options) -> Scorer:
     """A :class:`Scorer` for a hub model name, a hub repo id or a local pretrained folder
-    (``dsf_lightning.hub.registry.resolve`` + ``dsf_lightning.hub.format.load_pretrained``).
-    ``scorer_options``: ``device``, ``batch_size``, ``window``."""
-    return Scorer.from_pretrained(name_or_path, revision=revision, **scorer_options)
+    (``dsf_lightning.hub.registry.resolve`` + ``dsf_lightning.hub.format.load_pretrained``). ``options``:
+    huggingface_hub's ``cache_dir``, ``force_download``, ``local_files_only``, ``token``; ``dtype``;
+    ``device``, ``batch_size``, ``window``, ``normalize`` (see :meth:`Scorer.from_pretrained`)."""
+    return Scorer.from_pretrained(name_or_path, revision, **options)

@@ -2,10 +2,11 @@
 
 A folder holds (Hugging Face convention)::
 
-    config.json         {"format": "dsf-lightning", "format_version": 1, "library_version": ...,
+    config.json         {"format": "dsf-lightning", "format_version": 2, "library_version": ...,
                          "model": LMConfig.to_dict(), "info": {...},
                          "weights": {"dtype": "float32" | "float16", "tied_weights": {...}},
-                         "files": {name: {"sha256": ..., "size": ...}},   (checksums of the three below)
+                         "files": {name: {"sha256": ..., "size": ...}},   (checksums of the files below
+                                                                          but README.md)
                          "tokenizer": {"name": ..., "fingerprint": ...},  (what the model was trained
                          "vocabulary": {"size": ..., "fingerprint": ...},  with; absent in older folders)
                          "normalize": "ptb"}  (the text normalizer, dsf_lightning.data.normalize; absent: none)
@@ -13,14 +14,18 @@ A folder holds (Hugging Face convention)::
                         recorded in the metadata, never duplicated); float16 storage halves the
                         parameters and loading casts them back to the model's float32
     vocab.json          Vocabulary.to_json()
-    tokenizer.json      Tokenizer.to_json() (options and learned state, e.g. the subword dictionary)
+    dsf_tokenizer.json  Tokenizer.to_json() (options and learned state, e.g. the subword dictionary)
+    tokenizer.json      a Hugging Face ``tokenizers``-library file giving exactly the same ids, written only
+                        where one is exact (word and character models; not the subword splitter): see
+                        :mod:`.hf_tokenizer`. Format version 1 folders held our tokenizer under this name;
+                        they are still read (their ``tokenizer.json`` is read as ``dsf_tokenizer.json``)
     README.md           the model card, with model-index evaluation results (not checksummed: cards
                         are edited on the Hub)
 
 Loading is strict (unlike huggingface_hub's mixin, which keeps random weights for renamed keys): a
 missing or extra tensor, a shape that config.json does not imply, a checksum mismatch, a truncated or
 forged safetensors file, a pickle in disguise, a config that is not JSON or comes from a newer format,
-a missing file, a tokenizer.json / vocab.json that is not the one config.json records (older folders:
+a missing file, a dsf_tokenizer.json / vocab.json that is not the one config.json records (older folders:
 a tokenizer that cannot produce the vocabulary's symbols, or of another kind than ``info.tokenizer``),
 JSON nested deeper than 64 levels or holding a 30+-digit integer, a model.safetensors larger than the
 model config.json describes (refused from its size, before it is read) — each raises
@@ -54,18 +59,28 @@ from ..data.vocab import Vocabulary, VocabularyError
 from ..model import LMConfig, ModelConfigError, RecurrentLM
 from . import _atomic, _safetensors
 from .card import build_model_card, normalize_eval_results
+from .hf_tokenizer import hf_tokenizer_json
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "dsf-lightning"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: our tokenizer in dsf_tokenizer.json, tokenizer.json a tokenizers-library file
+READABLE_VERSIONS = (1, 2)  # 1: our tokenizer in tokenizer.json
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 VOCAB_FILE = "vocab.json"
-TOKENIZER_FILE = "tokenizer.json"
+DSF_TOKENIZER_FILE = "dsf_tokenizer.json"
+HF_TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_FILE = DSF_TOKENIZER_FILE  # where this library's tokenizer lives in the current format
+LEGACY_TOKENIZER_FILE = HF_TOKENIZER_FILE  # where format version 1 kept it
 CARD_FILE = "README.md"
-CHECKSUMMED = (WEIGHTS_FILE, VOCAB_FILE, TOKENIZER_FILE)
+CHECKSUMMED = (WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE)  # always present (format version 2)
+OPTIONAL_CHECKSUMMED = (HF_TOKENIZER_FILE,)  # present where exact; checked when config.json records it
+#: every file a model folder may hold: what a download fetches (allow_patterns) and a push uploads
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE, HF_TOKENIZER_FILE, CARD_FILE)
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+#: what loading may cast the weights to (``dtype=`` of load_pretrained / from_pretrained)
+LOAD_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 FLOAT16_MAX = 65504.0
 MAX_JSON_BYTES = 256 * 1024 * 1024
 TIED = {"decoder.weight": "embedding.weight"}  # what tie_weights means in a RecurrentLM
@@ -222,14 +237,18 @@ def save_pretrained(
         eval_results = normalize_eval_results(eval_results)
     normalize = _check_normalize(pretrained.normalize)
     snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info, normalize)
+    hf_tokenizer = hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab)
     build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)
 
     def write(tmp: Path) -> None:
         with open(tmp / WEIGHTS_FILE, "wb") as f:
             f.write(_safetensors.serialize(tensors, metadata))
         _write_text(tmp / VOCAB_FILE, pretrained.vocab.to_json())
-        _write_text(tmp / TOKENIZER_FILE, pretrained.tokenizer.to_json())
-        files = {name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size} for name in CHECKSUMMED}
+        _write_text(tmp / DSF_TOKENIZER_FILE, pretrained.tokenizer.to_json())
+        if hf_tokenizer is not None:
+            _write_text(tmp / HF_TOKENIZER_FILE, hf_tokenizer)
+        written = [name for name in (*CHECKSUMMED, *OPTIONAL_CHECKSUMMED) if (tmp / name).is_file()]
+        files = {name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size} for name in written}
         config = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -245,7 +264,7 @@ def save_pretrained(
             **({"normalize": normalize} if normalize else {}),  # the text normalizer (absent: none)
         }
         _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *CHECKSUMMED)}
+        sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *written)}
         card = build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name)
         _write_text(tmp / CARD_FILE, str(card))
 
@@ -298,7 +317,7 @@ def _fail(path: Path, problem: str, fix: str = REDO) -> PretrainedFormatError:
 def _read_bytes(path: Path, limit: int | None = None) -> bytes:
     if not path.is_file():
         raise _fail(path, "missing file" if not path.exists() else "not a regular file",
-                    f"a dsf-lightning model folder holds {CONFIG_FILE}, {WEIGHTS_FILE}, {VOCAB_FILE} and {TOKENIZER_FILE}; {REDO}")
+                    f"a dsf-lightning model folder holds {CONFIG_FILE}, {WEIGHTS_FILE}, {VOCAB_FILE} and {DSF_TOKENIZER_FILE}; {REDO}")
     size = path.stat().st_size
     if limit is not None and size > limit:
         raise _fail(path, f"{size:,} bytes is far larger than such a file can be (limit {limit:,})")
@@ -337,13 +356,13 @@ def _read_config(folder: Path) -> dict:
     version = config.get("format_version")
     if type(version) is not int:
         raise _fail(path, f"format_version must be an integer, got {version!r}")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         written = config.get("library_version", "an unknown version")
         if version > FORMAT_VERSION:
             raise _fail(path, f"format_version {version} is newer than this dsf-lightning {__version__} reads "
                         f"(version {FORMAT_VERSION}); it was written by dsf-lightning {written}",
                         "upgrade: pip install -U dsf-lightning")
-        raise _fail(path, f"format_version {version} is no longer supported (this library reads {FORMAT_VERSION})",
+        raise _fail(path, f"format_version {version} is no longer supported (this library reads {READABLE_VERSIONS})",
                     f"load it with dsf-lightning {written} and save it again with this version")
     for key, kind in (("model", dict), ("info", dict), ("weights", dict), ("files", dict)):
         if not isinstance(config.get(key), kind):
@@ -359,7 +378,10 @@ def _read_config(folder: Path) -> dict:
     dtype = config["weights"].get("dtype")
     if dtype not in STORAGE_DTYPES:
         raise _fail(path, f"weights.dtype is {dtype!r}, not one of {sorted(STORAGE_DTYPES)}")
-    for name in CHECKSUMMED:
+    config["tokenizer_file"] = tokenizer_file = DSF_TOKENIZER_FILE if version >= 2 else LEGACY_TOKENIZER_FILE
+    required = (WEIGHTS_FILE, VOCAB_FILE, tokenizer_file)
+    optional = OPTIONAL_CHECKSUMMED if version >= 2 else ()
+    for name in (*required, *(n for n in optional if n in config["files"])):
         record = config["files"].get(name)
         if not (isinstance(record, dict) and isinstance(record.get("sha256"), str) and type(record.get("size")) is int):
             raise _fail(path, f"files[{name!r}] must record the file's sha256 and size")
@@ -390,7 +412,7 @@ def _check_identity(folder: Path, config: dict, tokenizer: Tokenizer, vocab: Voc
     and ``vocabulary`` records). A folder written before those records existed is checked by what can
     be inferred: ``info.tokenizer`` (written by the checkpoint export) names the kind, and the tokenizer
     must be able to produce the vocabulary's symbols."""
-    config_path, tok_path, vocab_path = folder / CONFIG_FILE, folder / TOKENIZER_FILE, folder / VOCAB_FILE
+    config_path, tok_path, vocab_path = folder / CONFIG_FILE, folder / config["tokenizer_file"], folder / VOCAB_FILE
     records = {key: config.get(key) for key in ("tokenizer", "vocabulary")}
     for key, rec in records.items():
         fields = ("name", "fingerprint") if key == "tokenizer" else ("size", "fingerprint")
@@ -545,11 +567,31 @@ def _json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:
     return value
 
 
-def load_pretrained(folder) -> Pretrained:
+def resolve_dtype(dtype) -> torch.dtype | None:
+    """``dtype`` of the loading functions: None, a torch dtype or its name (``torch.bfloat16``,
+    ``"bfloat16"``, ``"torch.bfloat16"``), one of :data:`LOAD_DTYPES`."""
+    if dtype is None:
+        return None
+    choices = "torch.float16, torch.bfloat16 or torch.float32 (or the names 'float16', 'bfloat16', 'float32')"
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, str):
+        name = dtype.strip().removeprefix("torch.")
+    else:
+        raise TypeError(f"dtype must be {choices}, got {dtype!r} ({type(dtype).__name__})")
+    if name not in LOAD_DTYPES:
+        raise ValueError(f"dtype must be {choices}, got {dtype!r}")
+    return LOAD_DTYPES[name]
+
+
+def load_pretrained(folder, *, dtype=None) -> Pretrained:
     """Read a folder written by :func:`save_pretrained` strictly (see the module docstring).
 
-    Returns the model in eval mode, float32, on the CPU. Raises :class:`PretrainedFormatError`.
+    Returns the model in eval mode on the CPU, float32 unless ``dtype`` (see :func:`resolve_dtype`) asks
+    for float16 / bfloat16: the weights are cast after the strict, checked load. Raises
+    :class:`PretrainedFormatError`.
     """
+    dtype = resolve_dtype(dtype)
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         leftovers = [p for p in _atomic.interrupted_leftovers(folder) if p.name.startswith(f".{folder.name}.old-")]
@@ -559,7 +601,7 @@ def load_pretrained(folder) -> Pretrained:
     config = _read_config(folder)
     lm_config: LMConfig = config["model_config"]
 
-    vocab_path, tok_path, weights_path = folder / VOCAB_FILE, folder / TOKENIZER_FILE, folder / WEIGHTS_FILE
+    vocab_path, tok_path, weights_path = folder / VOCAB_FILE, folder / config["tokenizer_file"], folder / WEIGHTS_FILE
     vocab_bytes = _checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES)
     try:
         vocab = Vocabulary.from_json(vocab_bytes.decode("utf-8"))
@@ -567,7 +609,10 @@ def load_pretrained(folder) -> Pretrained:
         raise _fail(vocab_path, f"is not a valid vocabulary ({err})") from None
     except (KeyError, TypeError, AttributeError, ValueError) as err:  # should not happen: from_json checks its input
         raise _fail(vocab_path, f"is not a valid vocabulary ({type(err).__name__}: {err})") from None
-    tok_bytes = _checked_bytes(folder, TOKENIZER_FILE, config, MAX_JSON_BYTES)
+    tok_bytes = _checked_bytes(folder, config["tokenizer_file"], config, MAX_JSON_BYTES)
+    for name in OPTIONAL_CHECKSUMMED if config["format_version"] >= 2 else ():
+        if name in config["files"]:  # not read by this library, but served to tokenizers users: must be intact
+            _checked_bytes(folder, name, config, MAX_JSON_BYTES)
     try:
         tokenizer = tokenizer_from_json(tok_bytes.decode("utf-8"))
     except (TokenizerError, VocabularyError, UnicodeDecodeError) as err:
@@ -598,6 +643,8 @@ def load_pretrained(folder) -> Pretrained:
     state = match_state(tensors, aliases, expected, lm_config, str(weights_path))
     model.load_state_dict(state, strict=True)
     model.eval()
+    if dtype is not None:
+        model.to(dtype)
     info = config["info"]
     normalize = config.get("normalize")  # a name this installation may not know: the Scorer says so
     if normalize is not None and not (isinstance(normalize, str) and normalize.strip()):

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .format import CARD_FILE, CHECKSUMMED, CONFIG_FILE, load_pretrained
+from .format import MODEL_FILES, load_pretrained
 
 logger = logging.getLogger(__name__)
 
-UPLOADED = (CONFIG_FILE, *CHECKSUMMED, CARD_FILE)
+UPLOADED = MODEL_FILES
 
 
 def push_to_hub(

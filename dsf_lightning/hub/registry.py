@@ -6,8 +6,13 @@ Order of :func:`resolve`:
 2. a short published name (:data:`PUBLISHED`): the copy bundled in the package
    (``dsf_lightning/pretrained/<bundled>/``) if it is there, else its Hub repo at the pinned revision
    (also when another ``revision`` is asked for explicitly);
-3. a Hub repo id ``owner/name``: ``huggingface_hub.snapshot_download`` (honours ``HF_ENDPOINT``,
-   ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE``: offline, a cached snapshot is used).
+3. a Hub repo id ``owner/name``: ``huggingface_hub.snapshot_download`` of the model's files only
+   (honours ``HF_ENDPOINT``, ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE``: offline, a cached snapshot is used).
+
+The download keywords of huggingface_hub (:data:`HUB_KEYWORDS`: ``revision``, ``cache_dir``,
+``force_download``, ``local_files_only``, ``token``) go to ``snapshot_download``; a local folder or the
+bundled copy of a published name is not downloaded, so they do nothing there (``revision`` other than
+the pinned one does download a published name).
 
 A short name that is neither published nor a folder raises :class:`UnknownModelError` listing the
 known names.
@@ -24,6 +29,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 BUNDLED_ROOT = Path(__file__).resolve().parent.parent / "pretrained"
+HUB_KEYWORDS = ("revision", "cache_dir", "force_download", "local_files_only", "token")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -88,9 +94,27 @@ def _looks_like_path(text: str) -> bool:
     return text.startswith(("/", "./", "../", "~", "\\")) or text.endswith(("/", "\\")) or text.count("/") > 1 or "\\" in text
 
 
-def download(repo_id: str, revision: str | None = None) -> Path:
-    """``snapshot_download`` of a model repo, with errors turned into :class:`ModelDownloadError`."""
+def check_keywords(where: str, unknown: dict, accepted) -> None:
+    """A TypeError naming ``unknown`` keyword arguments of ``where`` and the accepted ones."""
+    if unknown:
+        names = ", ".join(repr(k) for k in sorted(unknown))
+        raise TypeError(f"{where}() got unexpected keyword argument(s) {names}; it accepts: {', '.join(accepted)}")
+
+
+def download(
+    repo_id: str,
+    revision: str | None = None,
+    *,
+    cache_dir=None,
+    force_download: bool = False,
+    local_files_only: bool = False,
+    token: str | bool | None = None,
+) -> Path:
+    """``snapshot_download`` of a model repo's files (``allow_patterns``: the model folder's files only),
+    with errors turned into :class:`ModelDownloadError`."""
     from huggingface_hub import constants, snapshot_download
+
+    from .format import MODEL_FILES
     from huggingface_hub.errors import (
         EntryNotFoundError,
         HfHubHTTPError,
@@ -102,7 +126,10 @@ def download(repo_id: str, revision: str | None = None) -> Path:
 
     where = f"{repo_id}@{revision or 'main'} from {constants.ENDPOINT}"
     try:
-        return Path(snapshot_download(repo_id, revision=revision, repo_type="model"))
+        return Path(snapshot_download(
+            repo_id, revision=revision, repo_type="model", allow_patterns=list(MODEL_FILES), cache_dir=cache_dir,
+            force_download=force_download, local_files_only=local_files_only, token=token,
+        ))
     except RevisionNotFoundError:
         raise ModelDownloadError(f"cannot download {where}: the repo has no revision {revision!r}") from None
     except RepositoryNotFoundError:
@@ -114,9 +141,15 @@ def download(repo_id: str, revision: str | None = None) -> Path:
             f"cannot download {where}: the cached copy is incomplete and the Hub cannot be reached; go online to complete it"
         ) from None
     except LocalEntryNotFoundError:
+        cache = cache_dir if cache_dir is not None else constants.HF_HUB_CACHE
+        if local_files_only:
+            raise ModelDownloadError(
+                f"cannot load {where}: local_files_only=True and it is not in the cache {cache}; download it once "
+                "without local_files_only (or pass the cache_dir it was downloaded to, or a local folder)"
+            ) from None
         why = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub cannot be reached")
         raise ModelDownloadError(
-            f"cannot download {where}: {why} and it is not in the cache {constants.HF_HUB_CACHE}; "
+            f"cannot download {where}: {why} and it is not in the cache {cache}; "
             "go online (unset HF_HUB_OFFLINE), point HF_ENDPOINT at a mirror, or pass a local folder"
         ) from None
     except (EntryNotFoundError, HfHubHTTPError, OSError) as err:
@@ -124,8 +157,10 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         raise ModelDownloadError(f"cannot download {where}: {first}") from None
 
 
-def resolve(name_or_path, revision: str | None = None) -> Path:
-    """The local folder holding the model ``name_or_path`` (see the module docstring for the order)."""
+def resolve(name_or_path, revision: str | None = None, **hub) -> Path:
+    """The local folder holding the model ``name_or_path`` (see the module docstring for the order).
+    ``hub``: ``cache_dir``, ``force_download``, ``local_files_only``, ``token`` (for a download only)."""
+    check_keywords("resolve", {k: v for k, v in hub.items() if k not in HUB_KEYWORDS}, HUB_KEYWORDS)
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():
@@ -138,14 +173,14 @@ def resolve(name_or_path, revision: str | None = None) -> Path:
             revision = published.revision
             if revision is None:
                 logger.warning("%s is not pinned to a revision yet: downloading the main branch of %s", text, published.repo_id)
-        return download(published.repo_id, revision)
+        return download(published.repo_id, revision, **hub)
     if _looks_like_path(text) or isinstance(name_or_path, Path):
         raise FileNotFoundError(f"{text}: no such model folder")
     if "/" not in text:
         raise _unknown(text)
     if not REPO_ID.match(text):
         raise UnknownModelError(f"{text!r} is not a local folder and not a valid Hub repo id (owner/name)")
-    return download(text, revision)
+    return download(text, revision, **hub)
 
 
 def list_models() -> list[dict]:
@@ -162,8 +197,11 @@ def list_models() -> list[dict]:
     return rows
 
 
-def load(name_or_path, *, revision: str | None = None):
-    """:func:`resolve` then :func:`~dsf_lightning.hub.format.load_pretrained`."""
-    from .format import load_pretrained
+def load(name_or_path, *, revision: str | None = None, dtype=None, **hub):
+    """:func:`resolve` (``revision`` and the other :data:`HUB_KEYWORDS`) then
+    :func:`~dsf_lightning.hub.format.load_pretrained` (``dtype``)."""
+    from .format import load_pretrained, resolve_dtype
 
-    return load_pretrained(resolve(name_or_path, revision))
+    check_keywords("load", {k: v for k, v in hub.items() if k not in HUB_KEYWORDS}, (*HUB_KEYWORDS, "dtype"))
+    dtype = resolve_dtype(dtype)  # a bad dtype fails before any download
+    return load_pretrained(resolve(name_or_path, revision, **hub), dtype=dtype)

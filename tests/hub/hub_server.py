@@ -20,7 +20,7 @@ HEAD/GET /{repo}/resolve/{rev}/{path}                            file bytes with
 
 Errors carry the ``X-Error-Code`` header the client maps to its exceptions (``RepoNotFound``,
 ``RevisionNotFound``, ``EntryNotFound``). Every request is recorded in ``FakeHub.calls`` as
-``(method, route)``.
+``(method, route)``, and its ``Authorization`` header in ``FakeHub.authorization``.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[str, dict] = {}
         self.calls: list[tuple[str, str]] = []
+        self.authorization: list[str | None] = []  # the Authorization header of every request, in order
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
@@ -154,6 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
             if match:
                 with self.hub.lock:
                     self.hub.calls.append((self.command, name))
+                    self.hub.authorization.append(self.headers.get("Authorization"))
                 params = {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
                 try:
                     with self.hub.lock:

@@ -66,7 +66,7 @@ def _deep(n: int) -> str:
     return "[" * n + "]" * n
 
 
-@pytest.mark.parametrize("name", ["config.json", "vocab.json", "tokenizer.json"])
+@pytest.mark.parametrize("name", ["config.json", "vocab.json", "dsf_tokenizer.json"])
 def test_json_nested_100k_deep_is_a_clear_error_naming_the_file(folder, name):
     (folder / name).write_text(_deep(DEEP) if name == "config.json" else '{"format": ' + _deep(DEEP) + "}")
     if name != "config.json":
@@ -105,7 +105,7 @@ def test_non_integer_vocab_sizes_name_the_file_and_the_key(folder, value):
 
 # ------------------------------------------------------------------------------ tokenizer identity
 def _swap_tokenizer(folder, tokenizer) -> None:
-    (folder / "tokenizer.json").write_text(tokenizer.to_json())
+    (folder / "dsf_tokenizer.json").write_text(tokenizer.to_json())
     rehash(folder)
 
 

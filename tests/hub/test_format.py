@@ -33,12 +33,13 @@ def test_float32_round_trip_is_bit_identical_for_every_cell(tmp_path, tokens, ce
 
 
 def test_folder_layout_and_config(folder, pretrained):
-    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json", "vocab.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "README.md", "config.json", "dsf_tokenizer.json", "model.safetensors", "tokenizer.json", "vocab.json"]
     config = json.loads((folder / "config.json").read_text())
-    assert config["format"] == FORMAT == "dsf-lightning" and config["format_version"] == FORMAT_VERSION == 1
+    assert config["format"] == FORMAT == "dsf-lightning" and config["format_version"] == FORMAT_VERSION == 2
     assert config["model"] == pretrained.config.to_dict()
     assert config["info"] == pretrained.info
-    assert set(config["files"]) == {"model.safetensors", "vocab.json", "tokenizer.json"}
+    assert set(config["files"]) == {"model.safetensors", "vocab.json", "dsf_tokenizer.json", "tokenizer.json"}
     import dsf_lightning
 
     assert config["library_version"] == dsf_lightning.__version__

@@ -51,7 +51,8 @@ def test_push_then_download_with_the_real_client(tmp_path, hub, tokens):
     # first push, then resolve("owner/name") downloads a snapshot that loads to the very same logits
     assert out["first"]["url"] == f"{hub.url}/owner/tiny-delta/commit/{out['first']['oid']}"
     assert out["first_path"].startswith(str(tmp_path / "hf_cache")) and out["first_path"].endswith(out["first"]["oid"])
-    assert out["first_files"] == [".gitattributes", "README.md", "config.json", "model.safetensors", "tokenizer.json", "vocab.json"]
+    # only the model's files are fetched (allow_patterns): not the repo's .gitattributes
+    assert out["first_files"] == ["README.md", "config.json", "dsf_tokenizer.json", "model.safetensors", "tokenizer.json", "vocab.json"]
     assert out["first_matches"] == ["v1"]
     assert out["card_results"] == EVAL_RESULTS  # the model-index parses back from the downloaded card
     # pushing identical bytes again commits nothing (the files are reproducible byte for byte)

@@ -51,7 +51,7 @@ def test_folder_without_weights(folder):
     _refused(folder, "model.safetensors", "missing file")
 
 
-@pytest.mark.parametrize("name", ["config.json", "vocab.json", "tokenizer.json"])
+@pytest.mark.parametrize("name", ["config.json", "vocab.json", "dsf_tokenizer.json", "tokenizer.json"])
 def test_folder_without_another_file(folder, name):
     (folder / name).unlink()
     _refused(folder, name, "missing file")

@@ -281,7 +281,7 @@ def test_a_tokenizer_json_with_wrong_types_in_a_hub_folder_is_a_format_error(tmp
 
     folder = save_pretrained(tiny_pretrained(), tmp_path / "m")
     doc = {"format": "dsf_lightning.tokenizer/1", "name": "subword", "options": {"vowels": {}, "eos": "<eos>"}}
-    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    (folder / "dsf_tokenizer.json").write_text(json.dumps(doc))
     rehash(folder)
     with pytest.raises(PretrainedFormatError):
         load_pretrained(folder)
