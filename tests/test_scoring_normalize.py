@@ -214,6 +214,22 @@ def test_finetuning_data_takes_the_pretrained_normalizer(tmp_path):
     assert "company" in asked.corpus.vocab.symbols and "Company's" not in asked.corpus.vocab.symbols
 
 
+def test_a_predict_file_is_normalized_like_the_model_data(tmp_path):
+    from dsf_lightning.data.datamodule import LanguageModelDataModule
+
+    write_folder(tmp_path)
+    raw = tmp_path / "mine.txt"
+    raw.write_text("Shares rose 5%. Mr. Smith didn't sell.\n\n")
+    common = dict(corpus="text-folder", data_root=str(tmp_path), corpus_options={"path": "mytext"},
+                  vocab_from=str(BUNDLED), eval_batch_size=1, predict_file=str(raw))
+    symbols = load_pretrained(BUNDLED).vocab.symbols
+    windows = LanguageModelDataModule(**common).predict_dataloader()
+    ids = windows.streams[0].tolist()
+    assert [symbols[i] for i in ids] == "shares rose N N <eos> mr. smith did n't sell <eos>".split()
+    off = LanguageModelDataModule(**common, normalize="none").predict_dataloader()
+    assert off.streams.numel() == 9  # Shares rose 5%. Mr. Smith didn't sell. <eos> + the blank line's <eos>
+
+
 # ------------------------------------------------------------------------------------------ held-out check
 def oov_rate(scorer: Scorer, lines) -> tuple[float, int]:
     doc = scorer.score_document(lines)

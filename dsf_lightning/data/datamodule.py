@@ -53,7 +53,8 @@ class LanguageModelDataModule(L.LightningDataModule):
             The CLI links it from ``model.init_from``.
         predict_split: the split ``dsf predict`` scores (``test``, ``valid`` or ``train``), laid out as the
             ``eval_batch_size`` streams that ``dsf test`` / ``dsf validate`` read.
-        predict_file: score this UTF-8 text file instead (read with the corpus's tokenizer and vocabulary,
+        predict_file: score this UTF-8 text file instead (normalized by :meth:`text_normalizer`, then read
+            with the corpus's tokenizer and vocabulary,
             ``<eos>`` after every line; ``eval_batch_size`` streams: set it to 1 to score every token after
             the first in one stream). See :mod:`dsf_lightning.training.prediction`.
         normalize: a text normalizer (:mod:`dsf_lightning.data.normalize`: ``none``, ``ptb``, ...) applied
@@ -229,9 +230,11 @@ class LanguageModelDataModule(L.LightningDataModule):
             tokenizer = getattr(corpus, "tokenizer", None)
             if tokenizer is None:
                 raise ValueError(f"predict_file: corpus {self.corpus_name!r} has no tokenizer to read a text file with")
+            normalizer = self.text_normalizer()  # your text, written as the model's training data was
             ids: list[int] = []
             for i, line in enumerate(read_lines(self.predict_file), 1):
-                ids.extend(corpus.vocab.encode(tokenizer.tokenize_line(line), source=f"{self.predict_file} line {i}"))
+                for text in normalizer.normalize_line(line) if normalizer is not None else [line]:
+                    ids.extend(corpus.vocab.encode(tokenizer.tokenize_line(text), source=f"{self.predict_file} line {i}"))
             rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
             self._windows["predict_file"] = StreamWindows(
                 torch.tensor(ids, dtype=torch.long), self.eval_batch_size, self.bptt, rank, world
