@@ -54,6 +54,23 @@ def list_corpora_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def list_tasks_command(args: argparse.Namespace) -> int:
+    """One row per task DataModule (name, class, classes, default sizes, what it is), its recipes below it."""
+    from .tasks.catalog import list_tasks, task_recipes
+
+    tasks = list_tasks()
+    recipes = task_recipes(args.recipes_dir)
+    header = ("task", "DataModule (dsf_lightning.tasks)", "classes", "default sizes (train / valid / test)", "what it is")
+    rows = [(t.name, t.datamodule.__name__, t.classes, t.sizes, t.what) for t in tasks]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    print("  ".join(col.ljust(w) for col, w in zip(header[:4], widths)) + "  " + header[4])
+    for task, row in zip(tasks, rows):
+        print("  ".join(col.ljust(w) for col, w in zip(row[:4], widths)) + "  " + row[4])
+        names = recipes.get(task.datamodule) or []
+        print(" " * (widths[0] + 2) + "recipes: " + (", ".join(names) if names else "none (build the DataModule in a recipe)"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsf",
@@ -69,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     cell_list.add_argument("--hidden-size", type=int, default=128, help="hidden size for --details")
     cell_list.set_defaults(handler=list_cells_command)
     what.add_parser("corpora", help="the corpora load_corpus knows").set_defaults(handler=list_corpora_command)
+    task_list = what.add_parser("tasks", help="the sr-RNN paper's sequence tasks: DataModule, classes, sizes, recipes")
+    task_list.add_argument("--recipes-dir", default=None, help="recipes folder (default: $DSF_RECIPES_DIR or the checkout's)")
+    task_list.set_defaults(handler=list_tasks_command)
     from .hub.commands import add_export_parser, add_list_models_parser, add_push_parser
     from .score_command import add_score_parser
 
@@ -434,6 +454,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             args=list(argv),
             run=run,
             seed_everything_default=0,
+            trainer_defaults={"use_distributed_sampler": False},  # the task DataModules split batches per rank
             save_config_kwargs={"overwrite": True},
         )
     return DSFCLI(

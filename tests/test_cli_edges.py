@@ -158,3 +158,39 @@ def test_the_loggers_are_on_the_recipe_allowlist():
 
     for name in ("CSVLogger", "TensorBoardLogger", "WandbLogger"):
         assert f"lightning.pytorch.loggers.{name}" in ALLOWED_CLASSES
+
+
+# ---------------------------------------------------------------------------------- dsf list tasks
+def test_list_tasks_has_a_row_per_task_datamodule_with_its_recipes(capsys):
+    import yaml
+
+    import dsf_lightning.tasks as tasks
+    from dsf_lightning.tasks.data import SequenceDataModule
+
+    assert main(["list", "tasks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["task", "DataModule"]
+    rows = {line.split()[1]: (line, nxt) for line, nxt in zip(lines[1:], lines[2:]) if not line.startswith(" ")}
+    modules = {n for n in tasks.__all__ if isinstance(getattr(tasks, n), type)
+               and issubclass(getattr(tasks, n), SequenceDataModule) and getattr(tasks, n) is not SequenceDataModule}
+    assert set(rows) == modules  # every task DataModule, nothing else
+    for name, (row, recipes_line) in rows.items():
+        expected = sorted(str(p.relative_to(ROOT / "recipes")) for p in (ROOT / "recipes").rglob("*.yaml")
+                          if str(((yaml.safe_load(p.read_text()) or {}).get("data") or {}).get("class_path", "")).endswith(f".{name}"))
+        assert expected and recipes_line.split("recipes: ")[1].split(", ") == expected, name
+        assert "sr-RNN" in row  # where the paper has it
+    assert rows["CopyingMemoryDataModule"][0].split()[2:4] == ["10", "per"]
+    assert rows["PixelMNISTDataModule"][0].split()[2] == "10" and rows["TomitaDataModule"][0].split()[2] == "2"
+    assert "100,000 / 0 / 10,000" in rows["CopyingMemoryDataModule"][0]  # the DataModule's defaults
+
+
+def test_declared_dependencies_are_imported():
+    """Nothing declares a package it does not use (torchmetrics was: the metrics here are exact float64 sums
+    reduced over processes once per epoch, in the LM and the task modules alike)."""
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [d.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower() for d in deps]
+    source = "\n".join(p.read_text() for p in (ROOT / "dsf_lightning").rglob("*.py"))
+    for name in names:
+        assert f"import {name}" in source or f"from {name}" in source, f"{name} is declared but never imported"

@@ -16,6 +16,7 @@ always the last real position, without it (:class:`~dsf_lightning.tasks.modules.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -206,14 +207,28 @@ class BucketBatchSampler(Sampler[list[int]]):
     With ``shuffle``, the pools, and then the order of the batches, are reshuffled every epoch from
     ``seed + epoch`` (Lightning calls :meth:`set_epoch`; without it each pass advances the epoch).
     Without ``shuffle`` the batches are the sequences sorted by length (evaluation: least padding).
+
+    Under DDP (``num_replicas`` processes, this one ``rank``): in evaluation every process takes every
+    ``num_replicas``-th sequence of the length order, from its ``rank``-th on, so every sequence is scored
+    exactly once (counts differ by at most one; the modules sum their metrics over processes); in training
+    every process takes every ``num_replicas``-th batch of the same shuffled list, ``len(batches) //
+    num_replicas`` of them, as DDP's gradient all-reduce needs the same number of steps everywhere (the few
+    left over differ from epoch to epoch, as the shuffle does).
     """
 
     def __init__(
         self, lengths: Sequence[int] | Tensor, batch_size: int, shuffle: bool = True, seed: int = 0,
-        pool_batches: int = 50, drop_last: bool = False,
+        pool_batches: int = 50, drop_last: bool = False, num_replicas: int = 1, rank: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(lengths, Sampler):
+            # what Lightning passes when it tries to put a DistributedSampler into a batch sampler
+            raise TypeError("BucketBatchSampler takes the sequence lengths, not a sampler: it splits the batches "
+                            "between DDP processes itself (Trainer(use_distributed_sampler=False))")
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"need num_replicas >= 1 and 0 <= rank < num_replicas, got {num_replicas}, {rank}")
+        self.num_replicas, self.rank = num_replicas, rank
         self.lengths = [int(n) for n in lengths]
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.pool = max(1, pool_batches) * batch_size
@@ -227,8 +242,8 @@ class BucketBatchSampler(Sampler[list[int]]):
     def batches(self, epoch: int | None = None) -> list[list[int]]:
         n = len(self.lengths)
         if not self.shuffle:
-            order = sorted(range(n), key=lambda i: (self.lengths[i], i))
-            batches = [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+            order = sorted(range(n), key=lambda i: (self.lengths[i], i))[self.rank :: self.num_replicas]
+            batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         else:
             rng = random.Random(self.seed * 1_000_003 + (self.epoch if epoch is None else epoch))
             order = list(range(n))
@@ -240,6 +255,8 @@ class BucketBatchSampler(Sampler[list[int]]):
             rng.shuffle(batches)
         if self.drop_last:
             batches = [b for b in batches if len(b) == self.batch_size]
+        if self.num_replicas > 1 and self.shuffle:
+            batches = batches[self.rank :: self.num_replicas][: len(batches) // self.num_replicas]
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -251,6 +268,8 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         n = len(self.lengths)
+        if self.num_replicas > 1:
+            return len(self.batches())
         if self.drop_last:
             if not self.shuffle:
                 return n // self.batch_size
@@ -321,15 +340,34 @@ class SequenceDataModule(L.LightningDataModule):
     def pad_id(self) -> int:
         return self.vocab.pad_id if self.vocab is not None else 0
 
+    def _processes(self) -> tuple[int, int]:
+        """(number of DDP processes, this one's rank) of the attached Trainer; (1, 0) without one."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None or trainer.world_size <= 1:
+            return 1, 0
+        connector = getattr(trainer, "_accelerator_connector", None)
+        if getattr(connector, "use_distributed_sampler", False):
+            raise ValueError(
+                f"{type(self).__name__} splits its batches between the {trainer.world_size} DDP processes itself "
+                "(every validation / test sequence scored once): pass Trainer(use_distributed_sampler=False) "
+                "(`dsf fit` does), else Lightning's DistributedSampler would repeat sequences to even out the ranks"
+            )
+        return trainer.world_size, trainer.global_rank
+
     def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
         size = self.batch_size if train else self.eval_batch_size
-        pad = self.pad_id
-        collate_fn = lambda items: collate(items, pad)  # noqa: E731
+        collate_fn = functools.partial(collate, pad_id=self.pad_id)  # picklable: ddp_spawn, spawned workers
+        replicas, rank = self._processes()
         if train and not self.bucket:
+            if replicas > 1:  # each process its share of one shuffle, as many batches each
+                sampler = torch.utils.data.DistributedSampler(dataset, replicas, rank, shuffle=True, seed=self.seed,
+                                                              drop_last=True)
+                return DataLoader(dataset, batch_size=size, sampler=sampler, collate_fn=collate_fn,
+                                  num_workers=self.num_workers)
             g = torch.Generator().manual_seed(self.seed)
             return DataLoader(dataset, batch_size=size, shuffle=True, generator=g, collate_fn=collate_fn,
                               num_workers=self.num_workers)
-        sampler = BucketBatchSampler(dataset.lengths, size, shuffle=train, seed=self.seed)
+        sampler = BucketBatchSampler(dataset.lengths, size, shuffle=train, seed=self.seed, num_replicas=replicas, rank=rank)
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:

@@ -22,6 +22,7 @@ import json
 import lzma
 import os
 from collections import Counter
+from functools import partial
 from typing import Any, Sequence
 
 import numpy as np
@@ -33,6 +34,11 @@ from ..data.corpora.imdb import normalize_review
 from . import languages as lang
 from .data import ArraySequenceDataset, SequenceDataModule, TokenSequenceDataset, Vocabulary
 from .idx import load_mnist, mnist_available
+
+
+def _shifted_ids(row: torch.Tensor, offset: int) -> torch.Tensor:
+    """Symbol indices ``0..`` of a generated row -> vocabulary ids (the copying task's symbols start at ``offset``)."""
+    return row.long() + offset
 
 
 def _token_dataset(vocab: Vocabulary, rows: Sequence[tuple], meta_names: Sequence[str] = ()) -> TokenSequenceDataset:
@@ -202,8 +208,8 @@ class CopyingMemoryDataModule(SequenceDataModule):
     def _dataset(self, split: str, seed: int) -> ArraySequenceDataset:
         inputs, targets = lang.copying_memory(self.sizes[split], self.lag, self.n, seed)
         offset = self.vocab.index["c0"]
-        return ArraySequenceDataset(
-            torch.from_numpy(inputs), torch.from_numpy(targets.astype(np.int64)), transform=lambda row: row.long() + offset
+        return ArraySequenceDataset(  # a partial, not a lambda: the dataset pickles (ddp_spawn, spawned workers)
+            torch.from_numpy(inputs), torch.from_numpy(targets.astype(np.int64)), transform=partial(_shifted_ids, offset=offset)
         )
 
     def build(self, stage: str) -> None:

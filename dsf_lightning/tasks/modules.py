@@ -139,11 +139,39 @@ class _RecurrentSequenceModule(L.LightningModule):
             return names
         return []
 
+    def _sums_width(self) -> int:
+        """Entries of a stage's sums: loss sum, correct, count (plus what a subclass adds)."""
+        return 3
+
+    def _stage_keys(self, stage: str) -> list[tuple[str, int]]:
+        """Every (stage, dataloader) whose sums are logged: the Trainer's dataloaders of the stage, so every
+        process reduces the same keys even when it scored no batch of one (DDP: uneven splits)."""
+        trainer = self._trainer
+        counts = None
+        if trainer is not None:
+            counts = {"val": "num_val_batches", "test": "num_test_batches"}.get(stage)
+            counts = getattr(trainer, counts, None) if counts else [1]
+            if trainer.sanity_checking and stage == "val":
+                counts = trainer.num_sanity_val_batches
+        if counts is None:  # no Trainer (or an older one): what this process has
+            return sorted(k for k in self._sums if k[0] == stage)
+        n = len(counts) if isinstance(counts, (list, tuple)) else 1
+        return [(stage, i) for i in range(n)]
+
     def _log_sums(self, stage: str) -> None:
+        """Log ``{stage}_loss`` / ``_acc`` / ``_error`` (per test set) from exact float64 sums, added over all
+        DDP processes first: the numbers of the whole set, whichever process scored which sequence."""
         names = self._stage_names(stage)
-        keys = sorted(k for k in self._sums if k[0] == stage)
+        keys = self._stage_keys(stage)
+        world = self._trainer.world_size if self._trainer is not None else 1
         for key in keys:
-            sums = self._sums.pop(key)
+            sums = self._sums.pop(key, None)
+            if world > 1:  # a collective: every process reduces the same keys, in the same order
+                if sums is None:
+                    sums = torch.zeros(self._sums_width(), dtype=torch.float64, device=self.device)
+                sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+            if sums is None or float(sums[2]) == 0:
+                continue
             index = key[1]
             suffix = ""
             if stage == "test" and (len(keys) > 1 or (names and names[0] != "test")):
@@ -284,7 +312,7 @@ class SequenceClassifier(_RecurrentSequenceModule):
         labels = batch["labels"]
         loss = F.cross_entropy(logits.float(), labels)
         correct = (logits.argmax(-1) == labels).sum()
-        self._accumulate(stage, index, loss * labels.numel(), correct, torch.tensor(labels.numel()))
+        self._accumulate(stage, index, loss * labels.numel(), correct, torch.tensor(labels.numel(), device=labels.device))
         return loss
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -439,6 +467,9 @@ class SequenceTagger(_RecurrentSequenceModule):
             extra = [((pred == labels) & last).sum(), last.sum()]
         self._accumulate(stage, index, loss_sum, correct, count, *extra)
         return loss_sum / count.clamp(min=1)
+
+    def _sums_width(self) -> int:
+        return 5 if self.score_last else 3
 
     def _metrics_from_sums(self, stage: str, sums: Tensor) -> dict[str, Tensor]:
         metrics = super()._metrics_from_sums(stage, sums)
