@@ -5,7 +5,7 @@
 >>> pretrained.model, pretrained.vocab, pretrained.tokenizer, pretrained.info
 
 :mod:`.format` writes and strictly reads folders (``config.json``, ``model.safetensors``,
-``vocab.json``, ``tokenizer.json``, ``README.md``) and exports Lightning checkpoints;
+``vocab.json``, ``dsf_tokenizer.json``, a ``tokenizers``-library ``tokenizer.json`` where exact, ``README.md``) and exports Lightning checkpoints;
 :mod:`.registry` knows the published names and resolves names, folders and repo ids;
 :mod:`.publish` uploads; :mod:`.card` builds model cards; :mod:`.commands` holds the CLI handlers.
 """

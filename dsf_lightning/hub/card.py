@@ -51,6 +51,15 @@ CITATIONS = {
     "sr": "Cheng Wang, Mathias Niepert. *State-Regularized Recurrent Neural Networks.* ICML 2019.",
 }
 CELL_FAMILY = {"mi-rnn": "delta-rnn", "srelu-rnn": "irlm", "irlm": "irlm", "scrn": "scrn"}
+#: corpus name -> the dataset's Hugging Face Hub id (the card's ``datasets`` and model-index ``dataset.type``)
+HUB_DATASETS = {
+    "ptb": "ptb_text_only", "ptb-char": "ptb_text_only", "ptb-subword": "ptb_text_only",
+    "wikitext2": "wikitext", "imdb": "imdb", "imdb-subword": "imdb", "tinyshakespeare": "tiny_shakespeare",
+}
+#: corpora whose text is English (the card's ``language: en``)
+ENGLISH_CORPORA = {"ptb", "ptb-char", "ptb-subword", "wikitext2", "imdb", "imdb-subword", "tinyshakespeare", "text8",
+                   "one-billion-word"}
+EXAMPLE = "the market rose sharply"
 
 
 def cell_family(cell: str) -> str:
@@ -120,7 +129,7 @@ def to_eval_result(entry: dict):
 
     return EvalResult(
         task_type=entry["task"],
-        dataset_type=entry["dataset"],
+        dataset_type=HUB_DATASETS.get(entry["dataset"], entry["dataset"]),  # the Hub id where one exists
         dataset_name=entry.get("dataset_name", entry["dataset"]),
         dataset_split=entry["split"],
         dataset_config=entry.get("dataset_config"),
@@ -211,28 +220,37 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
         comparison = "\n".join(f"- {line}" for line in comparison)
     comparison = comparison or "No comparison recorded."
     metric_attr = "bpc" if tok.name == "char" else "ppl"
+    example = json.dumps(example_text(pretrained), ensure_ascii=False)
+    hf_note = ("`tokenizer.json` is a Hugging Face `tokenizers` file giving the model's ids exactly "
+               "(`tokenizers.Tokenizer.from_file`); " if "tokenizer.json" in files else "")
     how_to_score = f"""```bash
 pip install dsf-lightning
-dsf score --model {repo_id} "the market rose sharply"      # per-sentence log-probability and {metric_word}
+dsf score --model {repo_id} {example}   # per-sentence log-probability and {metric_word}
 dsf score --model {repo_id} --file valid.txt --per-token   # a whole document, state carried across lines
+dsf generate --model {repo_id} {example} --max-new-tokens 20 --seed 0
 ```
 
 ```python
-from dsf_lightning.scoring import from_pretrained
+import dsf_lightning as dsf
 
-scorer = from_pretrained("{repo_id}")  # a published name, a Hub repo id "owner/name" or a local folder
-s = scorer.score("the market rose sharply")
+scorer = dsf.from_pretrained("{repo_id}")  # a published name, a Hub repo id "owner/name" or a local folder
+s = scorer.score({example})
 print(s.tokens, s.logprobs, s.{metric_attr})
-print(scorer.score_document("valid.txt").{metric_attr})
+print(scorer.generate({example}, max_new_tokens=20, seed=0).text)  # sampled continuation
+
+model = dsf.RecurrentLM.from_pretrained("{repo_id}")  # the plain torch.nn.Module, loaded strictly
+print(type(model).__name__, sum(p.numel() for p in model.parameters()))
 ```
 
-The raw model is `dsf_lightning.hub.load("{repo_id}")`: a `Pretrained` with `.model` (a `RecurrentLM`,
-`model(tokens, state) -> (logits, state)`), `.vocab`, `.tokenizer` and `.info`."""
+`from_pretrained` takes huggingface_hub's `revision`, `cache_dir`, `force_download`, `local_files_only` and
+`token`, plus `dtype` and `device`. `model(tokens, state) -> (logits, state)`; {hf_note}`dsf_tokenizer.json`
+is dsf-lightning's own tokenizer."""
     descriptions = {
         "config.json": "format version, model configuration, training information, checksums",
         "model.safetensors": "weights (safetensors; tied weights stored once)",
         "vocab.json": "the vocabulary (symbols, end-of-line and unknown symbols)",
-        "tokenizer.json": "the tokenizer's options and learned state",
+        "dsf_tokenizer.json": "the tokenizer's options and learned state",
+        "tokenizer.json": "the same tokenizer as a Hugging Face `tokenizers` file (same ids)",
     }
     files_table = _table(
         [(f"`{f}`", f"{_fmt_bytes(size)}: {descriptions.get(f, '')}") for f, size in files.items()], ("file", "size and contents")
@@ -245,7 +263,8 @@ The raw model is `dsf_lightning.hub.load("{repo_id}")`: a `Pretrained` with `.mo
         "architecture_table": _table(arch, ("", "")),
         "intended_use": info.get("intended_use")
         or f"Scoring text like {corpus}: per-token log-probabilities, surprisal and {metric_word}; a baseline for "
-        "research on simple recurrent language models. Not meant to generate text for people to read.",
+        "research on simple recurrent language models. It also generates text (`Scorer.generate`, `dsf generate`), "
+        "as small recurrent models do: locally fluent, not meant to be read as fact.",
         "limitations": info.get("limitations")
         or f"It knows only the {len(pretrained.vocab):,} symbols of its vocabulary"
         + (f" (others become `{pretrained.vocab.unk}`)" if pretrained.vocab.unk else " (other symbols are an error)")
@@ -258,6 +277,25 @@ The raw model is `dsf_lightning.hub.load("{repo_id}")`: a `Pretrained` with `.mo
         "citation": citation,
         "library_version": __version__,
     }
+
+
+def example_text(pretrained) -> str:
+    """A line the model's tokenizer and vocabulary accept (the card's snippets run as written):
+    ``"the market rose sharply"`` in the tokenizer's input convention, else the first vocabulary symbols."""
+    tok, vocab = pretrained.tokenizer, pretrained.vocab
+    char_ptb = tok.name == "char" and getattr(tok, "mode", None) == "ptb"
+    candidates = [" ".join(EXAMPLE.replace(" ", getattr(tok, "space", "_"))) if char_ptb else EXAMPLE]
+    specials = {vocab.eos, vocab.unk}
+    symbols = [s for s in vocab.symbols if s not in specials and not (s.startswith("<") and s.endswith(">"))][:4]
+    candidates.append(("" if tok.name == "char" and not char_ptb else " ").join(symbols))
+    for text in candidates:
+        try:
+            tokens = tok.tokenize_line(text)
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot read the candidate: try the next
+            continue
+        if vocab.unk is not None or all(t in vocab for t in tokens):
+            return text
+    return candidates[-1]
 
 
 def dynamic_evaluation_note(metrics: Any) -> str | None:
@@ -312,14 +350,17 @@ def build_model_card(
     cfg = pretrained.model.config
     tags = ["dsf-lightning", "recurrent-neural-network", "language-model", cfg.cell]
     tags += [t for t in extra.get("tags", []) if t not in tags]
+    corpus = info.get("corpus")
     data = ModelCardData(
         model_name=name,
         library_name="dsf-lightning",
+        # a language model scores and generates text (Scorer.generate): the Hub's text-generation task
         pipeline_tag=extra.get("pipeline_tag", "text-generation"),
         tags=tags,
         license=extra.get("license"),
-        language=extra.get("language"),
-        datasets=extra.get("datasets") or ([info["corpus"]] if info.get("corpus") else None),
+        language=extra.get("language") or ("en" if corpus in ENGLISH_CORPORA else None),
+        # the Hub dataset id where one exists (a corpus without one is named in the card's text)
+        datasets=extra.get("datasets") or ([HUB_DATASETS[corpus]] if corpus in HUB_DATASETS else None),
         base_model=extra.get("base_model"),
         eval_results=[to_eval_result(e) for e in entries] or None,
         library_version=__version__,

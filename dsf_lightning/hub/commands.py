@@ -159,7 +159,7 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
         "export",
         help="turn a training checkpoint into a pretrained model folder",
         description="Read a LanguageModelModule checkpoint safely (weights_only) and write a pretrained folder "
-        "(config.json, model.safetensors, vocab.json, tokenizer.json, README.md) atomically. With --format onnx: "
+        "(config.json, model.safetensors, vocab.json, dsf_tokenizer.json, tokenizer.json where exact, README.md) atomically. With --format onnx: "
         "write a checkpoint, pretrained folder or published model as one ONNX graph (inputs tokens [batch, time] "
         "and the state, outputs logits and the final state; batch and time dynamic), checked against onnxruntime.",
     )

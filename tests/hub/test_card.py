@@ -1,10 +1,12 @@
 """Model cards: model-index results that huggingface_hub reads back, the template, overrides."""
 
+import re
 from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
 
+from dsf_lightning.data.tokenizers import get_tokenizer
 from dsf_lightning.hub import ModelCardError, save_pretrained
 from dsf_lightning.hub.card import FIELDS, PLACEHOLDER, TEMPLATE_PATH, render_template
 
@@ -33,9 +35,9 @@ def test_eval_results_parse_back_from_the_card(tmp_path):
         {"metric": "perplexity", "value": 97.25, "dataset": "ptb", "split": "valid", "dataset_name": "Penn Treebank"},
     ]
     folder = save_pretrained(tiny_pretrained(), tmp_path / "m", eval_results=given)
-    assert _results(folder / "README.md") == [
-        {"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test", "task": "text-generation"},
-        {"metric": "perplexity", "value": 97.25, "dataset": "ptb", "split": "validation", "task": "text-generation"},
+    assert _results(folder / "README.md") == [  # model-index names the dataset by its Hub id
+        {"metric": "perplexity", "value": 93.1, "dataset": "ptb_text_only", "split": "test", "task": "text-generation"},
+        {"metric": "perplexity", "value": 97.25, "dataset": "ptb_text_only", "split": "validation", "task": "text-generation"},
     ]
     card = ModelCard.load(folder / "README.md")
     assert card.data.eval_results[1].dataset_name == "Penn Treebank"
@@ -73,7 +75,7 @@ def test_card_extra_overrides_fields_and_metadata(tmp_path):
     )
     card = ModelCard.load(folder / "README.md")
     assert "Our **best** model." in card.text and "pytorch/examples LSTM: 99.1" in card.text
-    assert 'load("owner/m")' in card.text
+    assert 'from_pretrained("owner/m")' in card.text
     assert card.data.license == "apache-2.0" and "ptb" in card.data.tags
 
 
@@ -119,3 +121,51 @@ def test_the_card_says_how_dynamic_evaluation_updated(tmp_path, metrics, says):
 def test_no_dynamic_line_without_dynamic_numbers(tmp_path):
     text = (save_pretrained(tiny_pretrained(), tmp_path / "m") / "README.md").read_text()
     assert "Dynamic evaluation" not in text
+
+
+# ------------------------------------------------------------------------------ Hub conventions (issue 15 item 4)
+@pytest.mark.parametrize("corpus, hub_id", [("ptb", "ptb_text_only"), ("wikitext2", "wikitext"), ("imdb-subword", "imdb"),
+                                            ("tinyshakespeare", "tiny_shakespeare")])
+def test_card_metadata_language_dataset_hub_id_and_pipeline(tmp_path, corpus, hub_id):
+    p = tiny_pretrained()
+    p.info = {**p.info, "corpus": corpus}
+    card = ModelCard.load(save_pretrained(p, tmp_path / "m") / "README.md")
+    assert card.data.language == "en" and card.data.datasets == [hub_id]
+    assert card.data.pipeline_tag == "text-generation"  # the model generates (Scorer.generate, dsf generate)
+    assert {r.dataset_type for r in card.data.eval_results} == {hub_id}
+    assert "Not meant to generate" not in card.text
+
+
+def test_a_corpus_without_a_hub_dataset_names_none(tmp_path):
+    card = ModelCard.load(save_pretrained(tiny_pretrained(), tmp_path / "m") / "README.md")  # corpus "toy"
+    assert card.data.datasets is None and card.data.language is None
+
+
+def _python_block(card_text: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", card_text, re.S)
+    assert len(blocks) == 1, card_text
+    return blocks[0]
+
+
+@pytest.mark.parametrize("tokenizer", ["word", "char", "char-ptb"])
+def test_the_how_to_use_snippet_runs_against_the_folder(tmp_path, monkeypatch, capsys, tokenizer):
+    p = tiny_pretrained(tokenizer="char" if tokenizer.startswith("char") else "word")
+    if tokenizer == "char-ptb":
+        p.tokenizer = get_tokenizer("char", mode="ptb")
+    folder = save_pretrained(p, tmp_path / "m")  # the snippet loads "m": run where that folder is
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    exec(compile(_python_block((folder / "README.md").read_text()), "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"RecurrentLM {sum(t.numel() for t in p.model.parameters())}"
+    assert len(out) == 3
+
+
+def test_the_bundled_card_snippet_runs(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    text = (Path(__file__).parents[2] / "model_cards" / "delta-rnn-ptb.md").read_text()
+    card = ModelCard(text)
+    assert card.data.language == "en" and card.data.datasets == ["ptb_text_only"] and card.data.pipeline_tag == "text-generation"
+    exec(compile(_python_block(text), "delta-rnn-ptb.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("['the', 'market', 'rose', 'sharply', '<eos>']") and out[-1].startswith("RecurrentLM ")
