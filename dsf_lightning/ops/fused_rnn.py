@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .fast_linear import _IP  # oneDNN inner product op, or None
+from .fast_linear import _IP, _compiling  # oneDNN inner product op, or None
 
 __all__ = ["ACTIVATION_NAMES", "gated_recurrence"]
 
@@ -79,6 +79,7 @@ def _matmul_tn(g: Tensor, x: Tensor, onednn: bool) -> Tensor:
 def _use_onednn(*tensors: Tensor) -> bool:
     return (
         _IP is not None
+        and not _compiling()  # inductor cannot lower oneDNN's op on a weight it does not own: torch.mm then
         and torch._C._get_mkldnn_enabled()
         and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
     )
