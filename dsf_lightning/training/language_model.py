@@ -117,6 +117,11 @@ class LanguageModelModule(L.LightningModule):
         lr_decay_after_epoch: multiply the learning rate by ``lr_decay_factor`` at the end of every
             epoch from this many epochs on (Zaremba et al. 2014's schedule, used by the SCRN and RAN
             papers; None: off). Cannot be combined with ``lr_halving_patience``.
+        compile: run the model through ``torch.compile`` (default off): the features (the recurrent layers)
+            and the decoder with the loss in training, the whole forward in evaluation, each compiled on
+            first use (seconds to tens of seconds per new window shape). What it gains on a CPU is measured
+            by ``python -m benchmarks --only 7``; the results equal the uncompiled model's up to float
+            round-off.
         init_from: start from a pretrained model (a published name such as ``delta-rnn-ptb``, a Hub
             repo id or a pretrained folder; :mod:`dsf_lightning.finetune`). The architecture
             (``cell``, ``hidden_sizes``, ``cell_options``, ``embedding_size``, ``tie_weights``) then
@@ -164,6 +169,7 @@ class LanguageModelModule(L.LightningModule):
         lr_decay_factor: float = 0.5,
         lr_decay_after_epoch: int | None = None,
         init_from: str | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         pretrained = None
@@ -191,6 +197,8 @@ class LanguageModelModule(L.LightningModule):
             raise ValueError(f"lr_decay_factor must be in (0, 1], got {lr_decay_factor!r}")
         if isinstance(l1_weight, bool) or not isinstance(l1_weight, (int, float)) or not l1_weight >= 0:
             raise ValueError(f"l1_weight must be a number >= 0, got {l1_weight!r}")
+        if not isinstance(compile, bool):
+            raise ValueError(f"compile must be true or false, got {compile!r}")
         if lr_decay_after_epoch is not None and lr_halving_patience is not None:
             raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
         _check_finite_options(lr=lr, momentum=momentum, weight_decay=weight_decay,
@@ -265,6 +273,26 @@ class LanguageModelModule(L.LightningModule):
         rank = self.trainer.global_rank if self._trainer is not None else 0
         torch.manual_seed((self.hparams.seed * 1_000_003 + self.current_epoch * 100_003 + index * 97 + rank) % 2**63)
 
+    def _compiled(self, fn):
+        """``fn`` (the model or one of its methods) through ``torch.compile`` when the ``compile`` option is
+        on, compiled once and kept (outside the module's state: nothing of it reaches a checkpoint)."""
+        if not self.hparams.get("compile", False):  # .get: checkpoints written before the option existed
+            return fn
+        cache = self.__dict__.setdefault("_compiled_fns", {})
+        key = getattr(fn, "__name__", type(fn).__name__)
+        if key not in cache:
+            cache[key] = torch.compile(fn)
+        return cache[key]
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state.pop("_compiled_fns", None)  # compiled code does not pickle (ddp_spawn): rebuilt on first use
+        return state
+
+    def _decoded_nll(self, y: Tensor, targets: Tensor) -> Tensor:
+        """The summed NLL of ``targets`` under the decoder's logits of the top-layer outputs ``y``."""
+        return self._nll(self.model.decode(y), targets)
+
     def _nll(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Summed cross-entropy in fp32 (the softmax never runs in half precision)."""
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
@@ -286,12 +314,12 @@ class LanguageModelModule(L.LightningModule):
     def _training_loss(self, inputs: Tensor, targets: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
         """Mean NLL per target token (full softmax, or the sampled objective) plus the Sobolev term."""
         hp = self.hparams
-        y, final_state = self.model.features(inputs, state)
+        y, final_state = self._compiled(self.model.features)(inputs, state)
         if self.sampled_loss is not None:
             weight, bias = decoder_parameters(self.model)
             loss = self.sampled_loss(y.reshape(-1, y.shape[-1]), targets.reshape(-1), weight, bias)
         else:
-            loss = self._nll(self.model.decode(y), targets) / targets.numel()
+            loss = self._compiled(self._decoded_nll)(y, targets) / targets.numel()
         if hp.sobolev_weight > 0:
             penalty = sobolev_penalty(self.model, inputs, state, layers=hp.sobolev_layers)
             self.log("train_sobolev", penalty, on_step=True, on_epoch=False)
@@ -341,7 +369,7 @@ class LanguageModelModule(L.LightningModule):
     def _evaluation_step(self, stage: str, batch: tuple[Tensor, Tensor, Tensor]) -> None:
         inputs, targets, index = batch
         state = self._state_for(stage, int(index), inputs.shape[0])
-        logits, final_state = self.model(inputs, state)
+        logits, final_state = self._compiled(self.model)(inputs, state)
         self._carried[stage] = detach_state(tuple(tuple(s.float() for s in layer) for layer in final_state))
         sums = self._sums.setdefault(stage, torch.zeros(2, dtype=torch.float64, device=self.device))
         sums[0] += self._nll(logits, targets).double()
