@@ -20,9 +20,9 @@ LOAD_KEYWORDS = ("revision", "cache_dir", "force_download", "local_files_only", 
 class PretrainedModelMixin:
     """Adds Hub-style loading and saving to :class:`~dsf_lightning.model.RecurrentLM`.
 
-    A model from :meth:`from_pretrained` keeps the folder's vocabulary, tokenizer and info as plain
-    attributes (``vocab``, ``tokenizer``, ``pretrained_info``; not in its ``state_dict``), so
-    :meth:`save_pretrained` writes the same folder back.
+    A model from :meth:`from_pretrained` keeps the folder's vocabulary, tokenizer, info and text normalizer
+    as plain attributes (``vocab``, ``tokenizer``, ``pretrained_info``, ``pretrained_normalize``; not in its
+    ``state_dict``), so :meth:`save_pretrained` writes the same folder back.
     """
 
     @classmethod
@@ -58,11 +58,12 @@ class PretrainedModelMixin:
         if not isinstance(model, cls):
             raise TypeError(f"the folder holds a {type(model).__name__}, not a {cls.__name__}")
         model.vocab, model.tokenizer, model.pretrained_info = pretrained.vocab, pretrained.tokenizer, pretrained.info
+        model.pretrained_normalize = getattr(pretrained, "normalize", None)
         if device is not None:
             model.to(device)
         return model
 
-    def _as_pretrained(self, vocab=None, tokenizer=None, info=None):
+    def _as_pretrained(self, vocab=None, tokenizer=None, info=None, normalize=None):
         from .hub.format import Pretrained
 
         vocab = vocab if vocab is not None else getattr(self, "vocab", None)
@@ -73,19 +74,21 @@ class PretrainedModelMixin:
                 "from_pretrained): pass vocab= and tokenizer= (e.g. a corpus's .vocab and .tokenizer)"
             )
         info = info if info is not None else getattr(self, "pretrained_info", None)
-        return Pretrained(model=self, vocab=vocab, tokenizer=tokenizer, info=dict(info or {}))
+        normalize = normalize if normalize is not None else getattr(self, "pretrained_normalize", None)
+        return Pretrained(model=self, vocab=vocab, tokenizer=tokenizer, info=dict(info or {}), normalize=normalize)
 
-    def save_pretrained(self, save_directory, *, vocab=None, tokenizer=None, info=None, **options) -> Path:
+    def save_pretrained(self, save_directory, *, vocab=None, tokenizer=None, info=None, normalize=None, **options) -> Path:
         """Write the model folder ``dsf export`` writes (config.json, model.safetensors, vocab.json,
         dsf_tokenizer.json, tokenizer.json where exact, README.md) to ``save_directory``; returns its path.
 
-        ``vocab`` / ``tokenizer`` / ``info``: default to those :meth:`from_pretrained` kept. ``options``:
+        ``vocab`` / ``tokenizer`` / ``info`` / ``normalize`` (the text normalizer's name, e.g. ``"ptb"``):
+        default to those :meth:`from_pretrained` kept. ``options``:
         those of :func:`dsf_lightning.hub.format.save_pretrained` (``dtype``, ``eval_results``, ``card_extra``).
         The weights are saved in float32 (or ``dtype="float16"``) whatever dtype the model runs in.
         """
         from .hub.format import save_pretrained
 
-        pretrained = self._as_pretrained(vocab, tokenizer, info)
+        pretrained = self._as_pretrained(vocab, tokenizer, info, normalize)
         restore = next(self.parameters()).dtype
         try:
             self.float()  # the folder stores float32 (or float16) weights
@@ -104,6 +107,7 @@ class PretrainedModelMixin:
         vocab=None,
         tokenizer=None,
         info=None,
+        normalize=None,
         **options,
     ):
         """:meth:`save_pretrained` to a temporary folder, then :func:`dsf_lightning.hub.publish.push_to_hub`
@@ -111,6 +115,7 @@ class PretrainedModelMixin:
         from .hub.publish import push_to_hub
 
         with tempfile.TemporaryDirectory(prefix="dsf-push-") as tmp:
-            folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1], vocab=vocab, tokenizer=tokenizer, info=info, **options)
+            folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1], vocab=vocab, tokenizer=tokenizer, info=info,
+                                          normalize=normalize, **options)
             return push_to_hub(folder, repo_id, revision=branch or "main", token=token, private=private,
                                commit_message=commit_message)

@@ -130,3 +130,18 @@ def test_a_model_without_a_vocabulary_cannot_be_saved_and_says_what_to_pass(tmp_
         bare.save_pretrained(tmp_path / "bare")
     saved = bare.save_pretrained(tmp_path / "bare", vocab=pretrained.vocab, tokenizer=pretrained.tokenizer)
     assert RecurrentLM.from_pretrained(saved).config == pretrained.model.config
+
+
+def test_the_bundled_model_saves_back_the_same_folder(tmp_path, monkeypatch):
+    """RecurrentLM.from_pretrained -> save_pretrained keeps the vocabulary, tokenizer, info and normalizer."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = RecurrentLM.from_pretrained("delta-rnn-ptb")
+    saved = model.save_pretrained(tmp_path / "copy", dtype="float16")
+    bundled = Path(dsf.__file__).parent / "pretrained" / "delta-rnn-ptb"
+    for name in ("vocab.json", "dsf_tokenizer.json", "tokenizer.json"):
+        assert (saved / name).read_bytes() == (bundled / name).read_bytes(), name
+    mine, theirs = (json.loads((f / "config.json").read_text()) for f in (saved, bundled))
+    assert mine["normalize"] == theirs["normalize"] == "ptb" and mine["info"] == theirs["info"]
+    assert mine["tokenizer"] == theirs["tokenizer"] and mine["vocabulary"] == theirs["vocabulary"]
+    again = RecurrentLM.from_pretrained(saved)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
