@@ -47,6 +47,10 @@ class Settings:
     gen_tokens: int = 200
     gen_batch_sizes: tuple[int, ...] = (1, 8)
     gen_rounds: int = 3
+    # part 7: torch.compile vs uncompiled (lm_hidden, lm_batch, bptt as above)
+    compile_vocab: int = 10_000
+    compile_cells: tuple[str, ...] = ("delta-rnn", "lstm")
+    compile_rounds: int = 5
 
     @classmethod
     def for_mode(cls, mode: str, **overrides) -> "Settings":
@@ -58,6 +62,7 @@ class Settings:
                 lm_warmup_runs=0, allocator_rounds=0,
                 score_sentences=100, score_batch_sizes=(32,), score_rounds=1, memory_tokens=(10_000, 30_000),
                 scan_lengths=(35, 256), scan_rounds=2, gen_tokens=50, gen_rounds=1,
+                compile_cells=("delta-rnn",), compile_rounds=2,
             )
         elif mode == "tiny":
             s = dataclasses.replace(
@@ -66,6 +71,7 @@ class Settings:
                 lm_warmup_steps=1, lm_rounds=1, lm_warmup_runs=0, allocator_rounds=0, score_sentences=8, score_batch_sizes=(4,), score_rounds=1,
                 memory_tokens=(500, 2_000), scan_lengths=(8,), scan_shapes=((2, 8),), scan_rounds=1,
                 gen_tokens=4, gen_batch_sizes=(1, 2), gen_rounds=1,
+                compile_vocab=100, compile_cells=("delta-rnn",), compile_rounds=1,
             )
         elif mode != "full":
             raise ValueError(f"mode must be full, quick or tiny, got {mode!r}")

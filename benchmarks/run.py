@@ -12,6 +12,7 @@ Parts:
   4. the scorer: batched vs one sentence at a time; peak memory streaming 10k vs 1M tokens
   5. parallel scans (dsf_lightning.ops.scan) vs their loops at T = 35, 256, 1024
   6. text generation (Scorer.generate): new tokens/s at batch 1 and 8
+  7. torch.compile (LanguageModelModule compile=true) vs uncompiled: training step and scoring, compile seconds
 
 Contenders run round-robin and every ratio is a per-round ratio (the machine is shared and noisy):
 see :mod:`benchmarks._timing`.
@@ -45,6 +46,7 @@ PARTS = {
     4: "benchmarks.bench_scoring",
     5: "benchmarks.bench_scan",
     6: "benchmarks.bench_generation",
+    7: "benchmarks.bench_compile",
 }
 HERE = Path(__file__).resolve().parent
 
