@@ -166,6 +166,7 @@ def test_cli_normalize_flag(capsys):
     assert "unknown normalizer 'bogus'" in err and "ptb" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_dsf_score_normalize_end_to_end():
     """The installed command, as a user runs it."""
     proc = subprocess.run(
@@ -237,6 +238,7 @@ def oov_rate(scorer: Scorer, lines) -> tuple[float, int]:
 
 
 @pytest.mark.corpus
+@pytest.mark.slow
 def test_oov_rates_on_shakespeare_and_newswire_against_ptb_test(pretrained):
     ptb_test = DATA_ROOT / "ptb" / "ptb.test.txt"
     shakespeare = DATA_ROOT / "tinyshakespeare" / "input.txt"

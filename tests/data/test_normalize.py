@@ -120,7 +120,7 @@ def test_every_ptb_vocabulary_symbol_is_a_fixed_point():
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("split", ["train", "valid", "test"])
+@pytest.mark.parametrize("split", [pytest.param("train", marks=pytest.mark.slow), "valid", "test"])
 def test_normalizing_ptb_changes_nothing(split):
     path = DATA_ROOT / "ptb" / f"ptb.{split}.txt"
     if not path.exists():
