@@ -110,6 +110,31 @@ def test_documents_report_their_oov_rate(pretrained, tmp_path, caplog):
     assert "50.0%" in caplog.text and "--normalize ptb" not in caplog.text  # it was applied
 
 
+def test_a_ptb_char_model_reads_raw_text_spelled_out(monkeypatch, tmp_path):
+    """The character model's normalizer: the ptb form spelled out, '_' between words, also across the
+    parts of a long line read in pieces (the boundary the cut fell on is kept)."""
+    from dsf_lightning.data.tokenizers import CharTokenizer
+    from dsf_lightning.data.vocab import Vocabulary
+    from dsf_lightning.model import LMConfig, RecurrentLM
+
+    symbols = ["<eos>", "_", *"abcdefghijklmnopqrstuvwxyz0123456789", "N", "<", ">", *"#$&'*-./\\"]
+    vocab = Vocabulary(symbols, eos="<eos>")
+    torch.manual_seed(0)
+    model = RecurrentLM(LMConfig(vocab_size=len(vocab), cell="delta-rnn", hidden_sizes=[8], embedding_size=8))
+    char = Pretrained(model, vocab, CharTokenizer(mode="ptb"), {"corpus": "ptb-char"}, normalize="ptb-char")
+    scorer = Scorer(char)
+    s = scorer.score("Hello, World! It's 5%.")
+    assert s.tokens == [*"hello_world", "<eos>", *"it_'s_N_N", "<eos>"]
+    with pytest.raises(ScoringError, match="closed vocabulary"):
+        Scorer(char, normalize="none").score("Hello")
+    text = "Shares rose 5% in heavy trading and bonds fell " * 4
+    monkeypatch.setattr(scoring, "READ_LIMIT", 16)
+    path = tmp_path / "long.txt"
+    path.write_text(text + "\n")
+    doc = scorer.score_document(path, per_token=True)
+    assert doc.tokens == scorer.score(text).tokens
+
+
 def test_an_unknown_normalizer_is_a_clear_error(pretrained, tmp_path):
     with pytest.raises(ScoringError, match=r"unknown normalizer 'bogus'.*none, ptb, ptb-char"):
         Scorer(pretrained, normalize="bogus")
