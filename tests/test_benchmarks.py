@@ -25,7 +25,11 @@ def test_suite_writes_results(tmp_path):
         reader = csv.DictReader(f)
         assert reader.fieldnames == COLUMNS
         rows = list(reader)
-    assert {int(r["part"]) for r in rows} == {1, 2, 3, 4, 5, 6}
+    assert {int(r["part"]) for r in rows} == {1, 2, 3, 4, 5, 6, 7}
+    part7 = [r for r in rows if r["part"] == "7"]
+    assert {(r["contender"], r["metric"]) for r in part7} == {
+        ("eager", "tokens/s"), ("compiled", "tokens/s"), ("compiled", "compile seconds (first call less a steady one)")}
+    assert all(float(r["ratio"]) > 0 for r in part7 if r["contender"] == "compiled" and r["metric"] == "tokens/s")
     part6 = [r for r in rows if r["part"] == "6"]
     assert [r["contender"] for r in part6] == ["batch 1", "batch 2"]
     assert all(r["metric"] == "generated tokens/s" and float(r["median"]) > 0 for r in part6)
@@ -41,6 +45,6 @@ def test_suite_writes_results(tmp_path):
     assert len(results["rows"]) == len(rows)
 
     md = (tmp_path / "RESULTS.md").read_text()
-    for heading in ("## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 6. "):
+    for heading in ("## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 6. ", "## 7. "):
         assert heading in md
     assert "python -m benchmarks --tiny" in md
