@@ -271,3 +271,20 @@ def test_a_cell_the_export_cannot_hold_gets_a_clear_error(tmp_path):
     with pytest.raises(ExportError, match=r"_BranchingCell.*not supported by the ONNX export.*recur"):
         to_onnx(model, tmp_path / "x.onnx")
     assert not (tmp_path / "x.onnx").exists()
+
+
+# -- from a training checkpoint ----------------------------------------------------------------------
+from .hub.test_checkpoint_export import trained  # noqa: E402,F401  (the fixture: a real Lightning checkpoint)
+
+
+@pytest.mark.slow
+def test_cli_exports_a_training_checkpoint(trained, tmp_path, capsys):  # noqa: F811
+    from dsf_lightning.export import check_onnx
+
+    out = tmp_path / "ckpt.onnx"
+    code = main(["export", "--format", "onnx", str(trained["ckpt"]), str(out), "--corpus", "text-folder",
+                 "--data-root", str(trained["root"])])
+    assert code == 0, capsys.readouterr().err
+    assert "checked against onnxruntime" in capsys.readouterr().out
+    module = trained["module"]
+    assert check_onnx(module.model, out, batch_size=2, time_steps=9) < ATOL  # the checkpoint's own weights
