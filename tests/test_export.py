@@ -213,6 +213,11 @@ def test_every_registered_cell_variant_exports_and_matches(tmp_path):
             config = LMConfig(vocab_size=11, cell=name, hidden_sizes=[6], embedding_size=6, cell_options=options)
             models.append(RecurrentLM(config).eval().requires_grad_(False))
             ids.append(f"{name}/{variant_id}")
+    # the model's other input and decoder forms: one-hot input (the DSF paper's), a tied SCRN decoder ([s; h])
+    for extra, config in (("delta-rnn/one-hot", dict(cell="delta-rnn", embedding_size=0)),
+                          ("scrn/tied", dict(cell="scrn", embedding_size=6, tie_weights=True))):
+        models.append(RecurrentLM(LMConfig(vocab_size=11, hidden_sizes=[6], **config)).eval().requires_grad_(False))
+        ids.append(extra)
     graph = _AllVariants(models).eval()
     state = [t for m in models for t in _flat(m.init_state(2))]
     tokens = torch.randint(0, 11, (2, 4))
