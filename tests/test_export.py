@@ -127,6 +127,12 @@ def test_what_cannot_be_exported_is_refused_clearly():
         to_onnx(half, "unused.onnx")
 
 
+def test_a_missing_exporter_package_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # import fails as if not installed
+    with pytest.raises(ExportError, match=r"onnxscript.*dsf-lightning\[onnx\]"):
+        to_onnx(RecurrentLM(LMConfig(vocab_size=10, hidden_sizes=[4])), tmp_path / "x.onnx")
+
+
 def test_cli_refuses_folder_options_with_onnx(tmp_path, capsys):
     assert main(["export", "--format", "onnx", "delta-rnn-ptb", str(tmp_path / "m.onnx"), "--dtype", "float16"]) == 1
     err = capsys.readouterr().err
