@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from . import scoring
-from ._cli_errors import EXIT_ERROR, is_expected, one_line
+from ._cli_errors import report_errors, standalone_main
+from .score_command import add_model_arguments
 from .scoring import ScoringError
-
-DEFAULT_MODEL = "delta-rnn-ptb"
-
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``generate`` subcommand to ``subparsers`` (from ``parser.add_subparsers()``)."""
@@ -38,9 +36,7 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
         "the model's <eos>).",
     )
     p.add_argument("prompt", nargs="?", default="", metavar="PROMPT", help="the text to continue (default: empty)")
-    p.add_argument("--model", "-m", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
-                   help=f"hub model name, hub repo id or local folder (default: {DEFAULT_MODEL})")
-    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    add_model_arguments(p)
     p.add_argument("--max-new-tokens", "-n", type=int, default=30, help="tokens to generate (default 30)")
     p.add_argument("--temperature", "-t", type=float, default=1.0, help="softmax temperature; 0: greedy (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most probable tokens only")
@@ -52,62 +48,49 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--normalize", default=None, metavar="NAME",
                    help="text normalizer applied to the prompt, as `dsf score --normalize` (default: the model's "
                    "own; none: the prompt as it is)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.set_defaults(handler=generate_command)
     return p
 
 
 def generate_command(args: argparse.Namespace) -> int:
-    out = sys.stdout
-    try:
-        options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                       top_p=args.top_p, seed=args.seed, num_samples=args.num_samples, ban_unk=args.ban_unk)
-        from .generation import check_options
+    return report_errors("generate", lambda: _generate(args, sys.stdout), ScoringError)
 
-        check_options(**options)  # before the model is loaded
-        extra = {} if args.normalize is None else {"normalize": args.normalize}  # the scorer's prompt encoding
-        scorer = scoring.from_pretrained(args.model, revision=args.revision, device=args.device, **extra)
-        stream = args.num_samples == 1 and not args.json
-        on_token = None
-        if stream:
-            out.write(args.prompt)
+
+def _generate(args: argparse.Namespace, out: TextIO) -> int:
+    options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p, seed=args.seed, num_samples=args.num_samples, ban_unk=args.ban_unk)
+    from .generation import check_options
+
+    check_options(**options)  # before the model is loaded
+    extra = {} if args.normalize is None else {"normalize": args.normalize}  # the scorer's prompt encoding
+    scorer = scoring.from_pretrained(args.model, revision=args.revision, device=args.device, **extra)
+    stream = args.num_samples == 1 and not args.json
+    on_token = None
+    if stream:
+        out.write(args.prompt)
+        out.flush()
+
+        def on_token(sample: int, token: str, piece: str) -> None:
+            out.write(piece)
             out.flush()
 
-            def on_token(sample: int, token: str, piece: str) -> None:
-                out.write(piece)
-                out.flush()
-
-        result = scorer.generate(args.prompt, on_token=on_token, **options)
-        samples = result if isinstance(result, list) else [result]
-        if args.json:
-            for i, s in enumerate(samples):
-                out.write(json.dumps({"sample": i, **s.to_dict()}, ensure_ascii=False) + "\n")
-        elif stream:
-            out.write("\n")
-        else:
-            for i, s in enumerate(samples):
-                out.write(("\n" if i else "") + f"[{i}] {args.prompt}{s.text}\n")
-        out.flush()
-        return 0
-    except BrokenPipeError:  # e.g. `dsf generate ... | head`
-        try:
-            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - silence the interpreter's flush at exit
-        except OSError:
-            pass
-        return 0
-    except Exception as err:  # noqa: BLE001 - expected errors become one line, bugs keep their traceback
-        if not is_expected(err, ScoringError):
-            raise
-        print(f"dsf generate: error: {one_line(err)}", file=sys.stderr)
-        return EXIT_ERROR
+    result = scorer.generate(args.prompt, on_token=on_token, **options)
+    samples = result if isinstance(result, list) else [result]
+    if args.json:
+        for i, s in enumerate(samples):
+            out.write(json.dumps({"sample": i, **s.to_dict()}, ensure_ascii=False) + "\n")
+    elif stream:
+        out.write("\n")
+    else:
+        for i, s in enumerate(samples):
+            out.write(("\n" if i else "") + f"[{i}] {args.prompt}{s.text}\n")
+    out.flush()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m dsf_lightning.generate_command ...`` (the same as ``dsf generate ...``)."""
-    parser = argparse.ArgumentParser(prog="dsf")
-    add_generate_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["generate", *(sys.argv[1:] if argv is None else argv)])
-    return args.handler(args)
+    return standalone_main("generate", add_generate_parser, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

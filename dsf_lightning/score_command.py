@@ -24,12 +24,20 @@ import math
 import sys
 from typing import Sequence, TextIO
 
-from ._cli_errors import EXIT_ERROR, is_expected, one_line
+from ._cli_errors import report_errors, standalone_main
 from . import scoring
 from .data.normalize import list_normalizers
 from .scoring import LN2, DocumentScore, ScoringError, SentenceScore
 
 DEFAULT_MODEL = "delta-rnn-ptb"
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model`` / ``--revision`` / ``--device``: which pretrained model a text command loads, and where."""
+    p.add_argument("--model", "-m", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                   help=f"hub model name, hub repo id or local folder (default: {DEFAULT_MODEL})")
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 
 def add_score_parser(subparsers) -> argparse.ArgumentParser:
@@ -43,16 +51,13 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to score (one line each)")
     p.add_argument("--file", "-f", metavar="PATH", help="score a UTF-8 text file as one document")
-    p.add_argument("--model", "-m", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
-                   help=f"hub model name, hub repo id or local folder (default: {DEFAULT_MODEL})")
-    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    add_model_arguments(p)
     p.add_argument("--per-token", action="store_true", help="print every token's logprob and surprisal")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--carry-state", action="store_true",
                    help="score the TEXTs as one continuous stream, in order (a document)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     p.add_argument("--window", type=int, default=256, help="time steps per forward pass (default 256)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--normalize", default=None, metavar="NAME",
                    help=f"text normalizer applied before tokenizing: {', '.join(list_normalizers())} "
                    "(default: the model's own, e.g. ptb for the PTB models; none: score the text as it is)")
@@ -61,38 +66,29 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def score_command(args: argparse.Namespace) -> int:
-    out = sys.stdout
-    try:
-        if args.file and args.texts:
-            raise ScoringError("give either TEXT arguments or --file, not both")
-        if not args.file and not args.texts:
-            raise ScoringError('nothing to score: give a TEXT (dsf score "some text") or --file PATH')
-        scorer = scoring.from_pretrained(
-            args.model, revision=args.revision, device=args.device, batch_size=args.batch_size, window=args.window,
-            normalize=args.normalize,
-        )
-        args.normalizer = scorer.normalizer.name if scorer.normalizer is not None else None
-        if args.file:
-            _score_file(scorer, args, out)
+    return report_errors("score", lambda: _score(args, sys.stdout), ScoringError)
+
+
+def _score(args: argparse.Namespace, out: TextIO) -> int:
+    if args.file and args.texts:
+        raise ScoringError("give either TEXT arguments or --file, not both")
+    if not args.file and not args.texts:
+        raise ScoringError('nothing to score: give a TEXT (dsf score "some text") or --file PATH')
+    scorer = scoring.from_pretrained(
+        args.model, revision=args.revision, device=args.device, batch_size=args.batch_size, window=args.window,
+        normalize=args.normalize,
+    )
+    args.normalizer = scorer.normalizer.name if scorer.normalizer is not None else None
+    if args.file:
+        _score_file(scorer, args, out)
+    else:
+        results = scorer.score(list(args.texts), carry_state=args.carry_state)
+        if args.json:
+            _sentences_json(results, args, out)
         else:
-            results = scorer.score(list(args.texts), carry_state=args.carry_state)
-            if args.json:
-                _sentences_json(results, args, out)
-            else:
-                _sentences_table(results, args, out)
-        out.flush()
-        return 0
-    except BrokenPipeError:  # e.g. `dsf score ... | head`
-        try:
-            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - silence the interpreter's flush at exit
-        except OSError:
-            pass
-        return 0
-    except Exception as err:  # noqa: BLE001 - expected errors become one line, bugs keep their traceback
-        if not is_expected(err, ScoringError):
-            raise
-        print(f"dsf score: error: {one_line(err)}", file=sys.stderr)
-        return EXIT_ERROR
+            _sentences_table(results, args, out)
+    out.flush()
+    return 0
 
 
 # ------------------------------------------------------------------------------------------- output
@@ -196,10 +192,7 @@ def _score_file(scorer, args, out: TextIO) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m dsf_lightning.score_command ...`` (the same as ``dsf score ...``)."""
-    parser = argparse.ArgumentParser(prog="dsf")
-    add_score_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["score", *(sys.argv[1:] if argv is None else argv)])
-    return args.handler(args)
+    return standalone_main("score", add_score_parser, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

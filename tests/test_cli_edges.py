@@ -14,15 +14,6 @@ from dsf_lightning.cli import lightning_cli, main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny_corpus")
-    text = "the cat sat on the mat\nthe dog sat on the log\n" * 40
-    for split in ("train", "valid", "test"):
-        (folder / f"{split}.txt").write_text(text)
-    return folder
-
-
 def _lm_args(tiny_folder, recipe="ptb_char/delta_rnn.yaml"):
     """A shipped LM recipe (it has EarlyStopping on val_loss) shrunk to a tiny model on a tiny corpus:
     ~48 training windows per epoch."""

@@ -58,15 +58,6 @@ def test_every_recipe_opens_with_a_teaching_header():
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny_corpus")
-    text = "the cat sat on the mat\nthe dog sat on the log\n" * 40
-    for split in ("train", "valid", "test"):
-        (folder / f"{split}.txt").write_text(text)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def tiny_imdb(tmp_path_factory):
     """A data root with a 40-review ``imdb/{train,test}.jsonl.xz`` (checksums off: ``verify: false``)."""
     root = tmp_path_factory.mktemp("tiny_imdb")

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .._cli_errors import EXIT_ERROR, is_expected, one_line
+from .._cli_errors import EXIT_ERROR, is_expected, one_line, standalone_main
 from ._common import AnalysisError, describe_model, load_model
 
 DEFAULT_MODEL = "delta-rnn-ptb"
@@ -425,10 +425,7 @@ def _complete(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m dsf_lightning.analysis.command TOOL ...`` (the same as ``dsf analyze TOOL ...``)."""
-    parser = argparse.ArgumentParser(prog="dsf")
-    add_analyze_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["analyze", *(sys.argv[1:] if argv is None else argv)])
-    return args.handler(args)
+    return standalone_main("analyze", add_analyze_parser, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

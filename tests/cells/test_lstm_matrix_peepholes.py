@@ -17,24 +17,10 @@ from dsf_lightning.cells import CellOptionError, build_cell, get_cell
 from dsf_lightning.cells.base import RecurrentCell
 from dsf_lightning.model import LMConfig, ModelConfigError, RecurrentLM, count_parameters
 
+from .test_classic import add, matvec, mul, sigmoid  # the plain-Python helpers of the DSF-equation references
+
 B, I, H = 2, 3, 4
 F64 = torch.float64
-
-
-def matvec(M, v):
-    return [sum(m * x for m, x in zip(row, v)) for row in M]
-
-
-def add(*vs):
-    return [sum(xs) for xs in zip(*vs)]
-
-
-def mul(*vs):
-    return [math.prod(xs) for xs in zip(*vs)]
-
-
-def sigmoid(v):
-    return 1.0 / (1.0 + math.exp(-v))
 
 
 def matrix_cell(seed=0, input_size=I, hidden=H):

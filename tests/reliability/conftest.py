@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import random
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,23 @@ settings.register_profile(
 )
 
 COUNTS: collections.Counter = collections.Counter()
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """An importable module whose import creates a marker (as a malicious package would run code)."""
+    marker = tmp_path / "IMPORTED"
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "dsf_planted_plugin.py").write_text(textwrap.dedent(f"""
+        import lightning as L
+        open({str(marker)!r}, "w").close()
+
+        class Hook(L.Callback):
+            pass
+    """))
+    monkeypatch.syspath_prepend(str(folder))
+    return marker
 
 
 @pytest.fixture

@@ -113,23 +113,6 @@ def test_dsf_fit_ckpt_path_refuses_the_payload(evil_checkpoint, tmp_path, monkey
 
 
 # ----------------------------------------------------------------------------------------------- recipes
-@pytest.fixture
-def planted(tmp_path, monkeypatch):
-    """An importable module whose import creates a marker file (as a malicious package would run code)."""
-    marker = tmp_path / "IMPORTED"
-    folder = tmp_path / "site"
-    folder.mkdir()
-    (folder / "dsf_planted_plugin.py").write_text(textwrap.dedent(f"""
-        import lightning as L
-        open({str(marker)!r}, "w").close()
-
-        class Hook(L.Callback):
-            pass
-    """))
-    monkeypatch.syspath_prepend(str(folder))
-    return marker
-
-
 def recipe(tmp_path, text_folder, extra: str):
     path = tmp_path / "recipe.yaml"
     path.write_text(textwrap.dedent(f"""

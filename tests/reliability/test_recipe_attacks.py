@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import json
-import textwrap
 import time
 
 import pytest
@@ -64,23 +63,6 @@ def merged(a: dict, b: dict) -> dict:
     for key, value in b.items():
         out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
-
-
-@pytest.fixture
-def planted(tmp_path, monkeypatch):
-    """An importable module whose import creates a marker (as a malicious package would run code)."""
-    marker = tmp_path / "IMPORTED"
-    folder = tmp_path / "site"
-    folder.mkdir()
-    (folder / "dsf_planted_plugin.py").write_text(textwrap.dedent(f"""
-        import lightning as L
-        open({str(marker)!r}, "w").close()
-
-        class Hook(L.Callback):
-            pass
-    """))
-    monkeypatch.syspath_prepend(str(folder))
-    return marker
 
 
 def run(argv, capsys, wait_for=None) -> tuple[int | str, str]:
