@@ -31,6 +31,8 @@ draws the same random numbers in the same order.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -49,6 +51,18 @@ IMPLEMENTATIONS = ("fast", "reference")
 #: (the paper's plain 0/1 mask in training, the proposal x (1-p) in evaluation)
 DROPOUT_SCALINGS = ("inverted", "test-time")
 
+
+
+def check_eq12_options(dropout: object, dropout_scaling: object) -> tuple[float, str]:
+    """Validate eq. 12's ``dropout`` and ``dropout_scaling``; ``test-time`` without dropout is logged (it
+    changes nothing, and an error would break fine-tunes that turn dropout off)."""
+    p = check_probability("dropout", dropout, closed_top=False)
+    scaling = check_choice("dropout_scaling", dropout_scaling, DROPOUT_SCALINGS)
+    if scaling == "test-time" and p == 0:
+        logging.getLogger(__name__).warning(
+            "dropout_scaling='test-time' has no effect with dropout=0 (eq. 12 dropout is off); set cell_options.dropout"
+        )
+    return p, scaling
 
 def eq12_dropout(z: Tensor, p: float, scaling: str, training: bool) -> Tensor:
     """DSF eq. 12's ``DROP(g, p)`` on the inner function's output ``z`` (see ``dropout_scaling``).
@@ -109,13 +123,12 @@ class DeltaRNNCell(RecurrentCell):
     ) -> None:
         super().__init__(input_size, hidden_size)
         self.implementation = check_choice("implementation", implementation, IMPLEMENTATIONS)
-        self.dropout_scaling = check_choice("dropout_scaling", dropout_scaling, DROPOUT_SCALINGS)
+        self.dropout, self.dropout_scaling = check_eq12_options(dropout, dropout_scaling)
         self.inner = check_choice("inner", inner, INNER_FORMS)
         self.gate = check_choice("gate", gate, GATE_FORMS)
         self.phi = activation(inner_activation, "inner_activation")
         self.Phi = activation(outer_activation, "outer_activation")
         self.inner_activation, self.outer_activation = inner_activation, outer_activation
-        self.dropout = check_probability("dropout", dropout, closed_top=False)
         H = hidden_size
         self.W = nn.Parameter(torch.empty(H, input_size))  # data projection, shared with the gate (eq. 5)
         self.V = nn.Parameter(torch.empty(H, H))  # recurrent projection V (V_d in eq. 11)
@@ -268,11 +281,10 @@ class LayerNormDeltaRNNCell(SequenceLoopCell):
         eps: float = 1e-5,
     ) -> None:
         super().__init__(input_size, hidden_size)
-        self.dropout_scaling = check_choice("dropout_scaling", dropout_scaling, DROPOUT_SCALINGS)
+        self.dropout, self.dropout_scaling = check_eq12_options(dropout, dropout_scaling)
         self.phi = activation(inner_activation, "inner_activation")
         self.Phi = activation(outer_activation, "outer_activation")
         self.inner_activation, self.outer_activation = inner_activation, outer_activation
-        self.dropout = check_probability("dropout", dropout, closed_top=False)
         H = hidden_size
         self.W = nn.Parameter(torch.empty(H, input_size))
         self.V = nn.Parameter(torch.empty(H, H))

@@ -113,3 +113,14 @@ def test_dropout_scaling_is_checked_and_only_where_eq12_dropout_exists():
         from dsf_lightning.cells import build_cell
 
         build_cell("gru", I, H, dropout_scaling="test-time")
+
+
+@pytest.mark.parametrize("name", ["delta-rnn", "delta-rnn-ln"])
+def test_test_time_scaling_without_dropout_is_not_silent(name, caplog):
+    with caplog.at_level("WARNING"):
+        get_cell(name)(3, 4, dropout_scaling="test-time")
+    assert "no effect with dropout=0" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        get_cell(name)(3, 4, dropout=0.2, dropout_scaling="test-time")
+    assert "no effect" not in caplog.text
