@@ -24,6 +24,7 @@ every step. Each cell applies its masks in ``recur`` (and its fast paths) itself
 from __future__ import annotations
 
 import abc
+import functools
 import inspect
 import math
 from typing import ClassVar
@@ -52,6 +53,13 @@ def _graph_reaches(root: Tensor, target: Tensor) -> bool:
         seen.add(fn)
         stack.extend(f for f, _ in fn.next_functions if f is not None)
     return False
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_state_masks(recur) -> bool:
+    """Whether a ``recur`` function has a ``state_masks`` parameter; looked up once per function, not on
+    every step (``inspect.signature`` costs tens of microseconds)."""
+    return "state_masks" in inspect.signature(recur).parameters
 
 
 class CellOptionError(ValueError):
@@ -239,7 +247,7 @@ class RecurrentCell(nn.Module, abc.ABC):
         keeps working without variational dropout (and says what it lacks with it)."""
         if state_masks is None or all(m is None for m in state_masks):
             return self.recur(projected_t, state)
-        if "state_masks" not in inspect.signature(self.recur).parameters:
+        if not _takes_state_masks(getattr(self.recur, "__func__", self.recur)):
             raise ValueError(
                 f"{self.cell_name or type(self).__name__}.recur(projected_t, state) takes no state_masks, so it "
                 "cannot apply variational dropout (dropout_hidden): give it a state_masks=None argument and "
