@@ -14,8 +14,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-LOAD_KEYWORDS = ("revision", "cache_dir", "force_download", "local_files_only", "token", "device", "dtype")
-
 
 class PretrainedModelMixin:
     """Adds Hub-style loading and saving to :class:`~dsf_lightning.model.RecurrentLM`.
@@ -47,9 +45,9 @@ class PretrainedModelMixin:
         where to put the model (default CPU). ``dtype``: ``torch.float16`` / ``torch.bfloat16`` /
         ``torch.float32`` or its name; the weights are cast after the strict load.
         """
-        from .hub.registry import check_keywords, load
+        from .hub.registry import HUB_KEYWORDS, check_keywords, load
 
-        check_keywords(f"{cls.__name__}.from_pretrained", unknown, LOAD_KEYWORDS)
+        check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "device", "dtype"))
         pretrained = load(
             pretrained_model_name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir,
             force_download=force_download, local_files_only=local_files_only, token=token,
