@@ -286,18 +286,6 @@ def check_config_structure(value: Any, where: str = "the config") -> None:
         stack.extend((child, False) for child in children if _is_container(child))
 
 
-def _bounded(loader):
-    """A jsonargparse value loader that measures what it loaded (:func:`check_config_structure`)."""
-
-    def load(stream, *args, **kwargs):
-        value = loader(stream, *args, **kwargs)
-        check_config_structure(value)
-        return value
-
-    load.__signature__ = inspect.signature(loader)  # jsonargparse passes the loader's own keyword arguments
-    return load
-
-
 # ---------------------------------------------------------------------------------------- checkpoints
 def check_checkpoint(value: str) -> None:
     """Check a ``--ckpt_path`` before LightningCLI reads its ``hyper_parameters`` into the config: it must
@@ -380,16 +368,19 @@ def recipe_policy() -> Iterator[_Policy]:
         return check_import_path
 
     def bounded_yaml(loader):
-        bounded = _bounded(loader)
+        """``loader`` (a jsonargparse value loader) that measures what it loaded
+        (:func:`check_config_structure`) and records a refusal in the policy."""
 
         def load(stream, *args, **kwargs):
+            value = loader(stream, *args, **kwargs)
             try:
-                return bounded(stream, *args, **kwargs)
+                check_config_structure(value)
             except ConfigTooComplexError as err:
                 policy.too_complex.append(str(err))
                 raise
+            return value
 
-        load.__signature__ = inspect.signature(loader)
+        load.__signature__ = inspect.signature(loader)  # jsonargparse passes the loader's own keyword arguments
         return load
 
     try:
