@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +75,17 @@ def file_digests(path: str | os.PathLike) -> tuple[str, str]:
     if isinstance(path, FrozenFile) and path.content is not None:
         return path.digests()
     path = Path(path)
-    sha = hashlib.sha256()
-    blob = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            sha.update(chunk)
-            blob.update(chunk)
+        return _digests(iter(lambda: f.read(_CHUNK), b""), path.stat().st_size)
+
+
+def _digests(chunks: Iterable[bytes], size: int) -> tuple[str, str]:
+    """(sha256, git blob id) of ``size`` bytes given in ``chunks``, in one pass."""
+    sha = hashlib.sha256()
+    blob = hashlib.sha1(f"blob {size}\0".encode())
+    for chunk in chunks:
+        sha.update(chunk)
+        blob.update(chunk)
     return sha.hexdigest(), blob.hexdigest()
 
 
@@ -107,9 +112,7 @@ class FrozenFile(type(Path())):
 
     def digests(self) -> tuple[str, str]:
         """(sha256, git blob id) of the frozen bytes."""
-        blob = hashlib.sha1(f"blob {len(self.content)}\0".encode())
-        blob.update(self.content)
-        return hashlib.sha256(self.content).hexdigest(), blob.hexdigest()
+        return _digests((self.content,), len(self.content))
 
     def open(self, mode="r", buffering=-1, encoding=None, errors=None, newline=None):
         if self.content is None:
