@@ -113,3 +113,27 @@ def test_a_recipe_with_an_infinite_learning_rate_fails_clearly(cli_base, tmp_pat
     err = capsys.readouterr().err
     assert "lr must be a finite number >= 0, got inf" in err, err
     assert not list((tmp_path / "run").rglob("*.ckpt")) if (tmp_path / "run").exists() else True
+
+
+class _Stub:
+    """Just what ``NonFiniteGuard._check_weights`` reads of a trainer."""
+
+    global_step, current_epoch, optimizers = 0, 0, []
+
+
+@pytest.mark.parametrize("bad", [None, math.nan, math.inf, -math.inf])
+def test_the_weight_check_tells_huge_finite_weights_from_non_finite_ones(bad):
+    # two entries of 3e38 sum to infinity in float32: the guard's one-pass sum test must not call them
+    # non-finite; a NaN or an infinity anywhere must still stop the run
+    module = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        module.weight[0, :2] = 3e38
+        if bad is not None:
+            module.bias[1] = bad
+    guard = NonFiniteGuard()
+    guard._batch_idx = 0
+    if bad is None:
+        guard._check_weights(_Stub(), module)
+    else:
+        with pytest.raises(NonFiniteError, match=r"1 of 2 parameter tensors hold NaN or infinity \(first: bias\)"):
+            guard._check_weights(_Stub(), module)
