@@ -357,3 +357,33 @@ def test_with_masks_step_loop_equals_sequence_equals_chunks(name, options, input
         for a, b in zip(got_state, whole_state):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     assert not torch.allclose(unmasked, whole)  # the masks do act
+
+
+def test_a_cell_whose_recur_takes_no_masks_runs_without_them_and_names_what_it_lacks_with_them():
+    from torch import nn
+
+    from dsf_lightning.cells import base
+
+    class Plain(base.RecurrentCell):  # an old-style cell: recur(projected_t, state), no state_masks
+        def __init__(self):
+            super().__init__(3, 4)
+            self.W = nn.Linear(3, 4)
+            self.V = nn.Linear(4, 4, bias=False)
+
+        def project_inputs(self, x):
+            return self.W(x)
+
+        def recur(self, projected_t, state):
+            h = torch.tanh(projected_t + self.V(state[0]))
+            return h, (h,)
+
+    cell, x = Plain(), torch.randn(2, 5, 3)
+    out, (h,) = cell.forward_reference(x)
+    h_ref = torch.zeros(2, 4)
+    for t in range(5):  # h_t = tanh(W x_t + V h_{t-1})
+        h_ref = torch.tanh(cell.W(x[:, t]) + cell.V(h_ref))
+    torch.testing.assert_close(h, h_ref)
+    cell.forward_reference(x, None, (None,))  # no mask at all: still the plain recur
+    for _ in range(2):  # the answer is looked up once per recur function, the same on every call
+        with pytest.raises(ValueError, match=r"Plain\.recur\(projected_t, state\) takes no state_masks"):
+            cell.forward_reference(x, None, (torch.ones(2, 4),))
