@@ -214,7 +214,8 @@ class StateRegularizedCell(SequenceLoopCell):
         Returns (output ``[B, output_size]``, new state, transition probabilities alpha ``[B, k]``).
         """
         if products is None:
-            base_out, base_state = self.base.recur(projected_t, state, state_masks)  # eq. 1
+            # eq. 1; _recur, not recur: a plug-in base cell whose recur takes no state_masks works too
+            base_out, base_state = self.base._recur(projected_t, state, state_masks)
         else:
             base_out, base_state = self.base.recur_with(projected_t, state, products)  # eq. 1
         base_state = tuple(base_state)

@@ -387,3 +387,31 @@ def test_a_cell_whose_recur_takes_no_masks_runs_without_them_and_names_what_it_l
     for _ in range(2):  # the answer is looked up once per recur function, the same on every call
         with pytest.raises(ValueError, match=r"Plain\.recur\(projected_t, state\) takes no state_masks"):
             cell.forward_reference(x, None, (torch.ones(2, 4),))
+
+
+def test_the_sr_wrapper_runs_a_registered_cell_whose_recur_takes_no_masks(monkeypatch):
+    # the sr-RNN (eq. 1) calls its base cell's step through the same shim as the plain step loop, so a
+    # plug-in cell written as recur(projected_t, state) keeps working inside it without dropout
+    from torch import nn
+
+    from dsf_lightning.cells import base, registry
+    from dsf_lightning.cells.state_reg import StateRegularizedCell
+
+    class PlainBase(base.RecurrentCell):
+        def __init__(self, input_size, hidden_size):
+            super().__init__(input_size, hidden_size)
+            self.W = nn.Linear(input_size, hidden_size)
+
+        def project_inputs(self, x):
+            return self.W(x)
+
+        def recur(self, projected_t, state):
+            h = torch.tanh(projected_t + 0.5 * state[0])
+            return h, (h,)
+
+    monkeypatch.setitem(registry._CELLS, "plain-test-cell", PlainBase)
+    cell = StateRegularizedCell(3, 4, base="plain-test-cell", k=2).eval()
+    out, state = cell.forward_reference(torch.randn(2, 5, 3))
+    assert out.shape == (2, 5, 4) and torch.isfinite(out).all()
+    with pytest.raises(ValueError, match=r"PlainBase\.recur\(projected_t, state\) takes no state_masks"):
+        cell.forward_reference(torch.randn(2, 5, 3), None, (torch.ones(2, 4),))
