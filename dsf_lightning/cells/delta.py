@@ -207,7 +207,7 @@ class DeltaRNNCell(RecurrentCell):
             if self.dropout_scaling == "inverted":
                 dmask.div_(keep)
         elif self.dropout > 0 and self.dropout_scaling == "test-time":  # evaluation: z * (1 - p)
-            dmask = h0.new_full((T, Bsz, H), keep)
+            dmask = h0.new_full((1, 1, 1), keep).expand(T, Bsz, H)  # a broadcast view, not T*B*H copies
         hs = gated_recurrence(
             c0, c1, r, self.V, h0, hmask=hmask, dmask=dmask, phi=self.inner_activation, Phi=self.outer_activation
         )
