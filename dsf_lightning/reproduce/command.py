@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from .tables import default_recipes_dir
@@ -70,6 +71,10 @@ def add_reproduce_parser(commands) -> None:
     isolation.add_argument("--isolate", dest="isolate", action="store_true", default=None,
                            help="run every row in a child process (automatic with --trainer.devices/num_nodes/strategy)")
     isolation.add_argument("--in-process", dest="isolate", action="store_false", help="run every row in this process")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="train this many rows at once, each in its own process (default 1; e.g. 2 on a 2-core CPU)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per row's process (default: 1 with --jobs > 1, else torch's default)")
     parser.set_defaults(handler=reproduce_command, passes_overrides=True, overrides=[])
 
 
@@ -81,8 +86,16 @@ def reproduce_command(args: argparse.Namespace) -> int:
         raise SystemExit(f"dsf reproduce: unrecognized arguments: {' '.join(bad)} "
                          "(only --trainer.*, --model.*, --data.* and --seed_everything go to the rows)")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    if args.jobs < 1 or (args.threads is not None and args.threads < 1):
+        raise SystemExit(f"dsf reproduce: --jobs and --threads must be 1 or more, got {args.jobs} and {args.threads}")
+    command = shlex.join(["dsf", "reproduce", args.table, "--scale", args.scale, *(["--rows", args.rows] if args.rows else []),
+                          *(["--jobs", str(args.jobs)] if args.jobs != 1 else []),
+                          *(["--threads", str(args.threads)] if args.threads else [])])
+    command += ' --data-root "$DSF_DATA_ROOT"' if args.data_root else ""  # the machine's path is not the point
+    command += " " + shlex.join(["--out", args.out, *args.overrides])
     summary = run_table(args.table, scale=args.scale, data_root=args.data_root, out=args.out, rows=rows,
-                        overrides=args.overrides, recipes_dir=args.recipes_dir, isolate=args.isolate)
+                        overrides=args.overrides, recipes_dir=args.recipes_dir, isolate=args.isolate,
+                        jobs=args.jobs, threads=args.threads, command=command)
     counts = ", ".join(f"{len(summary[k])} {k.replace('_', ' ')}" for k in ("ran", "skipped_done", "skipped", "failed", "pending"))
     print(f"{args.table}: {counts}\nwrote {summary['markdown']} and {summary['csv']}")
     return 1 if summary["failed"] else 0

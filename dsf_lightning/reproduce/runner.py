@@ -47,6 +47,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -57,6 +58,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from .._fs import write_text_atomic as write_atomic
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
 
 logger = logging.getLogger(__name__)
@@ -72,8 +74,10 @@ TASK_SMALL = dict(max_hidden=256, max_embedding=256, max_k=100, max_epochs=5, ma
 TASK_SMALL_EPOCHS = {"TomitaDataModule": 100}
 DISTRIBUTED_FLAGS = ("--trainer.devices", "--trainer.num_nodes", "--trainer.strategy")
 STATUS_DONE, STATUS_FAILED, STATUS_SKIPPED, STATUS_PENDING = "done", "failed", "skipped", "pending"
-CSV_FIELDS = ("table", "row", "label", "metric", "split", "published", "measured", "difference", "status",
-              "wall_seconds", "tokens_per_second", "parameters", "recipe", "scale", "message")
+STATUS_RUNNING, STATUS_QUEUED = "running", "queued"
+CSV_FIELDS = ("table", "row", "label", "metric", "split", "published", "measured", "difference", "published_valid",
+              "measured_valid", "status", "wall_seconds", "cpu_seconds", "epochs", "tokens_per_second", "parameters",
+              "recipe", "scale", "command", "commit", "message")
 
 
 # =============================================================================================== helpers
@@ -89,17 +93,6 @@ def global_rank() -> int:
             except ValueError:
                 continue
     return 0
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling and ``os.replace`` (never half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_recipe(path: Path) -> dict:
@@ -414,33 +407,18 @@ def fingerprint(table: Table, row: Row, scale: str, recipe_text: str, extra: Seq
 
 # =============================================================================================== one row
 def run_row(spec: dict) -> dict:
-    """Fit then test one row in this process (``spec``: args, workdir, metric, resume); returns its results.
+    """Fit then test one row in this process (``spec``: args, workdir, metric, resume, threads); returns its results.
 
-    Writes ``spec["result_file"]`` (rank 0) when given, which is how a child process reports back.
+    Writes ``spec["result_file"]`` (rank 0) when given, which is how a child process reports back. Costs are
+    counted by :class:`~.progress.RowProgress` over every sitting of the row (``progress.json``).
     """
-    import lightning as L
-
     from ..cli import lightning_cli
+    from .progress import RowProgress, totals
 
-    class TokenCounter(L.Callback):
-        def __init__(self) -> None:
-            self.tokens = 0
-            self.seconds = 0.0
-            self._start = None
+    import torch
 
-        def on_train_epoch_start(self, trainer, pl_module) -> None:
-            self._start = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, pl_module) -> None:
-            if self._start is not None:
-                self.seconds += time.perf_counter() - self._start
-                self._start = None
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            # a language-model window (inputs, targets), or a task batch (dict; real steps = the mask)
-            steps = int(batch["mask"].sum()) if isinstance(batch, dict) else int(batch[0].numel())
-            self.tokens += steps * trainer.world_size
-
+    if spec.get("threads"):
+        torch.set_num_threads(int(spec["threads"]))
     start = time.perf_counter()
     workdir = Path(spec["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
@@ -451,8 +429,8 @@ def run_row(spec: dict) -> dict:
             warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
             cli = lightning_cli(spec["args"], run=False)
         trainer, model, data = cli.trainer, cli.model, cli.datamodule
-        counter = TokenCounter()
-        trainer.callbacks.append(counter)
+        progress = RowProgress(workdir)
+        trainer.callbacks.append(progress)
         resume = None
         ckpt_cb = trainer.checkpoint_callback
         if spec.get("resume") and ckpt_cb is not None and ckpt_cb.dirpath:
@@ -460,23 +438,31 @@ def run_row(spec: dict) -> dict:
             resume = str(last) if last.is_file() else None
         trainer.fit(model, data, ckpt_path=resume)
         best = ckpt_cb.best_model_path if ckpt_cb is not None else ""
+        best_score = ckpt_cb.best_model_score if ckpt_cb is not None else None
         results = trainer.test(model, data, ckpt_path=best or None, verbose=False)
         metrics: dict[str, float] = {}
         for per_loader in results or []:  # several test sets: one dict per loader, keys `test_*/<set>`
             metrics.update({k: float(v) for k, v in per_loader.items()})
+        if best_score is not None and ckpt_cb.monitor:
+            metrics[f"best_{ckpt_cb.monitor}"] = float(best_score)
         parameters = getattr(model, "num_parameters", None)
         if parameters is None:
             parameters = sum(p.numel() for p in model.parameters())
+        spent = totals(progress.progress)
         result = {
             "metrics": metrics,
             "measured": metrics.get(spec.get("metric_key") or METRICS[spec["metric"]]),
             "parameters": int(parameters),
-            "tokens": counter.tokens,
-            "train_seconds": counter.seconds,
-            "tokens_per_second": counter.tokens / counter.seconds if counter.seconds > 0 else None,
+            "tokens": int(spent["tokens"]),
+            "train_seconds": spent["wall_seconds"],
+            "cpu_seconds": spent["cpu_seconds"],
+            "sittings": len(progress.progress["sittings"]),
+            "epochs": progress.progress["epochs"],
+            "tokens_per_second": spent["tokens"] / spent["wall_seconds"] if spent["wall_seconds"] > 0 else None,
             "checkpoint": str(Path(best).resolve()) if best else None,
             "resumed_from": resume,
             "corpus": getattr(data, "corpus_name", type(data).__name__),
+            "threads": torch.get_num_threads(),
             "wall_seconds": time.perf_counter() - start,
         }
         if spec.get("result_file") and trainer.global_rank == 0:
@@ -486,21 +472,31 @@ def run_row(spec: dict) -> dict:
         os.chdir(previous)
 
 
-def _run_row_isolated(spec: dict, log: Callable[[str], None]) -> dict:
+def child_command(spec: dict) -> tuple[list[str], Path]:
+    """Write the row's spec beside it; return the command that runs it in a child process and its result file."""
     result_file = Path(spec["workdir"]) / "result.json"
     result_file.unlink(missing_ok=True)
     spec = dict(spec, result_file=str(result_file))
     spec_file = Path(spec["workdir"]) / "row.json"
     write_atomic(spec_file, json.dumps(spec, indent=1))
-    env = dict(os.environ)
-    done = subprocess.run([sys.executable, "-m", "dsf_lightning.reproduce.row", str(spec_file)], env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"the row's process exited with code {done.returncode} (log above)")
+    return [sys.executable, "-m", "dsf_lightning.reproduce.row", str(spec_file)], result_file
+
+
+def read_child_result(returncode: int, result_file: Path, where: str = "log above") -> dict:
+    """The result a row's child process wrote ({} on a non-zero rank), or why there is none."""
+    if returncode != 0:
+        raise RuntimeError(f"the row's process exited with code {returncode} ({where})")
     if not result_file.is_file():
         if global_rank() != 0:
             return {}
         raise RuntimeError(f"the row's process wrote no {result_file.name}")
     return json.loads(result_file.read_text())
+
+
+def _run_row_isolated(spec: dict, log: Callable[[str], None]) -> dict:
+    argv, result_file = child_command(spec)
+    done = subprocess.run(argv, env=dict(os.environ))
+    return read_child_result(done.returncode, result_file)
 
 
 def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | None, scale: str) -> dict:
@@ -558,17 +554,29 @@ def table_rows(table: Table, state: dict, scale: str) -> list[dict]:
         entry = state.get("rows", {}).get(row.key, {})
         status = entry.get("status") or (STATUS_PENDING if row.pending else "not run")
         message = entry.get("message") or (f"pending: {row.pending}" if row.pending else row.note)
-        measured = entry.get("measured") if status == STATUS_DONE else None
+        done = status == STATUS_DONE
+        measured = entry.get("measured") if done else None
+        best_val = entry.get("metrics", {}).get("best_val_loss") if done else None
         out.append({
             "table": table.id, "row": row.key, "label": row.label, "metric": row.metric, "split": row.split,
             "published": row.published, "measured": measured,
             "difference": (measured - row.published) if measured is not None else None,
+            "published_valid": row.published_valid,
+            "measured_valid": _metric_from_loss(best_val, row.metric) if best_val is not None else None,
             "status": status, "wall_seconds": entry.get("wall_seconds"),
+            "cpu_seconds": entry.get("cpu_seconds"), "epochs": len(entry.get("epochs") or []) or None,
             "tokens_per_second": entry.get("tokens_per_second"), "parameters": entry.get("parameters"),
             "recipe": row.recipe or (f"(evaluation of {row.parent})" if row.evaluation else ""),
-            "scale": entry.get("scale", scale), "message": message,
+            "scale": entry.get("scale", scale), "command": entry.get("command", ""),
+            "commit": entry.get("commit") or "", "message": message,
         })
     return out
+
+
+def _metric_from_loss(loss: float, metric: str) -> float:
+    """A mean cross-entropy in nats as the row's metric (PPL, BPC or NLL)."""
+    return {"ppl": lambda x: math.exp(min(x, 700.0)), "bpc": lambda x: x / math.log(2), "nll": float}.get(
+        metric, float)(loss)
 
 
 def render_csv(rows: list[dict]) -> str:
@@ -602,25 +610,44 @@ meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `pape
 """
 
 
-def render_markdown(table: Table, rows: list[dict], scale: str) -> str:
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return ""
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60}:{minutes % 60:02d}" if seconds >= 60 else f"{seconds:.0f}s"
+
+
+def render_markdown(table: Table, rows: list[dict], scale: str, state: dict | None = None) -> str:
     unit = {"ppl": "PPL", "bpc": "BPC", "nll": "NLL", "error": "error"}
+    state = state or {}
     split = ("test" if all(r["split"] == "test" for r in rows)
              else "each row's test set (`split` in the CSV; the metric is `test_<metric>/<split>`)")
+    valid = any(r["published_valid"] is not None or r["measured_valid"] is not None for r in rows)
     lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: {split}. "
-             "Difference = measured - published (lower is better for every metric here).", "",
-             "| row | metric | published | measured | difference | wall s | tokens/s | parameters | status |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "Difference = measured - published (lower is better for every metric here)."]
+    if state.get("command"):
+        lines += ["", f"Produced by `{state['command']}` at commit `{state.get('commit') or 'unknown'}` "
+                      "(each row's own command and commit: the CSV, `command` and `commit`)."]
+    lines += ["", "Wall and CPU time (h:mm) are the training loop's, summed over every sitting of a resumed row; "
+                  "tokens/s = training tokens / training wall seconds.", ""]
+    head = ["row", "metric", "published", "measured", "difference"]
+    head += ["valid published", "valid measured"] if valid else []
+    head += ["epochs", "wall", "CPU", "tokens/s", "parameters", "status"]
+    lines += ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * (len(head) - 3)) + " | --- |"]
     for r in rows:
-        lines.append(
-            f"| {r['label']} (`{r['row']}`) | {unit[r['metric']]} | {_fmt(r['published'])} | {_fmt(r['measured'])} | "
-            f"{_fmt(r['difference'])} | {_fmt(r['wall_seconds'], 1)} | {_fmt(r['tokens_per_second'], 0)} | "
-            f"{_fmt(r['parameters'])} | {r['status']} |"
-        )
+        cells = [f"{r['label']} (`{r['row']}`)", unit[r["metric"]], _fmt(r["published"]), _fmt(r["measured"]),
+                 _fmt(r["difference"])]
+        cells += [_fmt(r["published_valid"]), _fmt(r["measured_valid"])] if valid else []
+        cells += [_fmt(r["epochs"]), _duration(r["wall_seconds"]), _duration(r["cpu_seconds"]),
+                  _fmt(r["tokens_per_second"], 0), _fmt(r["parameters"]), r["status"]]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Rows", ""]
     for r in rows:
         text = f"- `{r['row']}`: {r['recipe'] or 'no recipe'}"
         if r["message"]:
             text += f" -- {r['message']}"
+        if r["command"]:
+            text += f"\n  `{r['command']}`"
         lines.append(text)
     if table.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in table.notes]
@@ -632,7 +659,7 @@ def write_outputs(table: Table, state: dict, out: Path, scale: str) -> tuple[Pat
     rows = table_rows(table, state, scale)
     md, csv_path = out / f"{table.id}.md", out / f"{table.id}.csv"
     write_atomic(csv_path, render_csv(rows))
-    write_atomic(md, render_markdown(table, rows, scale))
+    write_atomic(md, render_markdown(table, rows, scale, state))
     return md, csv_path
 
 
@@ -659,19 +686,36 @@ def run_table(
     overrides: Sequence[str] = (),
     recipes_dir: str | os.PathLike | None = None,
     isolate: bool | None = None,
+    jobs: int = 1,
+    threads: int | None = None,
+    command: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
     """Run (or resume) table ``table_id``; returns ``{"ran": [...], "skipped_done": [...], "skipped": [...],
-    "failed": [...], "pending": [...], "markdown": path, "csv": path}`` (row keys)."""
+    "failed": [...], "pending": [...], "markdown": path, "csv": path}`` (row keys).
+
+    ``jobs`` > 1 trains that many rows at once, each in a child process with ``threads`` threads (default 1)
+    and its log in ``<row folder>/row.log``; ``command`` is the command line recorded in the outputs.
+    """
     table = get_table(table_id)
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number >= 1 (rows trained at once), got {jobs!r}")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"threads must be a whole number >= 1 (torch threads per row), got {threads!r}")
     out = Path(out).expanduser().resolve()
     recipes = Path(recipes_dir).expanduser().resolve() if recipes_dir is not None else default_recipes_dir().resolve()
     root = str(Path(data_root).expanduser().resolve()) if data_root is not None else None
     extra = list(overrides)
+    distributed = any(a.split("=")[0] in DISTRIBUTED_FLAGS for a in extra)
+    if jobs > 1 and distributed:
+        raise ValueError("--jobs > 1 trains rows side by side in this machine's processes; it cannot be combined "
+                         "with --trainer.devices / num_nodes / strategy (one row at a time uses them all)")
     if isolate is None:
-        isolate = any(a.split("=")[0] in DISTRIBUTED_FLAGS for a in extra)
+        isolate = distributed
+    if jobs > 1 and threads is None:
+        threads = 1
     wanted = list(rows) if rows else [r.key for r in table.rows]
     unknown = [k for k in wanted if k not in {r.key for r in table.rows}]
     if unknown:
@@ -681,12 +725,53 @@ def run_table(
     state = _read_state(state_path, table)
     snapshot = json.loads(json.dumps(state))  # every rank decides from the same view
     summary: dict[str, Any] = {"ran": [], "skipped_done": [], "skipped": [], "failed": [], "pending": []}
+    state.setdefault("runs", {})
+    if command:
+        state["command"] = command
+    state["commit"] = git_commit()
 
     def save() -> None:
         if writer:
             write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
             write_outputs(table, state, out, scale)
 
+    def finish(row: Row, entry: dict, result: dict) -> None:
+        if result.get("measured") is None or not math.isfinite(result["measured"]):
+            raise RuntimeError(f"no finite {metric_key(row)} measured (metrics: {result.get('metrics')})")
+        entry.update(status=STATUS_DONE, message=(f"measured in the run of row {entry['shared_with']}"
+                                                  if "shared_with" in entry else ""),
+                     finished=time.time(), **result)
+        summary["ran"].append(row.key)
+        log(f"[{table.id}] {row.key}: {row.metric} {result['measured']:.4f} (published {row.published}) in "
+            f"{result['wall_seconds']:.1f}s")
+
+    def fail(row: Row, entry: dict, err: BaseException, started: float) -> None:
+        from ..data.corpora import CorpusError
+
+        corpus_err = isinstance(err, CorpusError) or isinstance(getattr(err, "__cause__", None), CorpusError)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if corpus_err:
+            entry.update(status=STATUS_SKIPPED, message=f"skipped: corpus missing: {first}")
+            summary["skipped"].append(row.key)
+        else:
+            entry.update(status=STATUS_FAILED, message=f"failed: {type(err).__name__}: {first}",
+                         traceback="".join(traceback.format_exception(err, limit=20)))
+            summary["failed"].append(row.key)
+        entry["wall_seconds"] = time.perf_counter() - started
+        log(f"[{table.id}] {row.key}: {entry['message']}")
+
+    def shared_result(run_fp: str, row: Row, entry: dict) -> dict:
+        shared = state["runs"][run_fp]
+        result = {k: v for k, v in shared.items() if k != "row"}
+        result["measured"] = result.get("metrics", {}).get(metric_key(row))
+        entry["shared_with"] = shared["row"]
+        log(f"[{table.id}] {row.key}: measured in the run of row {shared['row']} (same model)")
+        return result
+
+    # 1. decide every row: done before, pending, data missing, to train, or to evaluate after its parent
+    fits: list[tuple[Row, dict, dict, str]] = []  # (row, entry, spec, run fingerprint)
+    later: list[tuple[Row, dict, dict, str | None]] = []  # (row, entry, recipe, run fp): shared runs, dynamic rows
+    queued_runs: set[str] = set()
     for row in table.rows:
         if row.key not in wanted:
             continue
@@ -706,16 +791,7 @@ def run_table(
                 log(f"[{table.id}] {row.key}: done before, skipped")
                 continue
         entry: dict[str, Any] = {"scale": scale, "fingerprint": fp, "recipe": source.recipe, "started": time.time()}
-        data = recipe["data"]
-        task = is_task_recipe(recipe)
-        if task:
-            why = missing_task_data(recipe, root)
-        else:
-            corpus_options = dict(data.get("corpus_options") or {})
-            for key, value in row.overrides.items():
-                if key.startswith("data.corpus_options."):
-                    corpus_options[key.split(".", 2)[2]] = value
-            why = missing_corpus(data.get("corpus", "ptb"), corpus_options, root if root is not None else data.get("data_root"))
+        why = _missing_data(recipe, row, root)
         if why:
             entry.update(status=STATUS_SKIPPED, message=f"skipped: {why}")
             state["rows"][row.key] = entry
@@ -723,8 +799,71 @@ def run_table(
             log(f"[{table.id}] {row.key}: skipped: {why}")
             save()
             continue
-        workdir = out / "runs" / table.id / row.key
-        log(f"[{table.id}] {row.key}: {'dynamic evaluation' if row.evaluation else 'fit + test'} of {source.recipe} ({scale})")
+        if row.evaluation:
+            later.append((row, entry, recipe, None))
+            continue
+        task = is_task_recipe(recipe)
+        root_key = task_data_root_key(recipe) if task else "data.data_root"
+        args = cli_arguments(recipe_path, merged_overrides(recipe, row, scale), root, extra, root_key, raw_strings=task)
+        # rows that train the very same model (one row per test set) share one fit and test
+        run_fp = hashlib.sha256(json.dumps({"recipe": recipe_text, "args": args[2:], "scale": scale},
+                                           sort_keys=True, default=str).encode()).hexdigest()[:16]
+        entry["run"] = run_fp
+        shared = state["runs"].get(run_fp)
+        if run_fp in queued_runs or (shared is not None and shared.get("row") != row.key):
+            later.append((row, entry, recipe, run_fp))
+            continue
+        queued_runs.add(run_fp)
+        resume = previous.get("fingerprint") == fp and previous.get("status") in (STATUS_FAILED, STATUS_RUNNING, STATUS_QUEUED)
+        spec = {"args": args, "workdir": str(out / "runs" / table.id / row.key), "metric": row.metric,
+                "metric_key": metric_key(row), "resume": resume, "threads": threads,
+                "command": fit_command(args, recipes, root)}
+        entry.update(args=args, command=spec["command"], commit=state["commit"], reproduce_command=command)
+        fits.append((row, entry, spec, run_fp))
+
+    # 2. train: one row after the other, or `jobs` rows at once in child processes (in the order --rows names them)
+    fits.sort(key=lambda fit: wanted.index(fit[0].key))
+    def trained(row: Row, entry: dict, spec: dict, run_fp: str, result: dict | None,
+                err: BaseException | None, started: float) -> None:
+        try:
+            if err is not None:
+                raise err
+            if not result:
+                return  # a non-zero rank under isolation: rank 0 reports
+            result["wall_seconds"] = time.perf_counter() - started
+            state["runs"][run_fp] = {"row": row.key, **result}
+            finish(row, entry, result)
+        except Exception as failure:  # noqa: BLE001 - a failed row is recorded and retried next time
+            fail(row, entry, failure, started)
+        state["rows"][row.key] = entry
+        save()
+
+    def starting(row: Row, entry: dict, spec: dict) -> None:
+        entry["status"] = STATUS_RUNNING
+        state["rows"][row.key] = dict(entry)
+        save()
+        log(f"[{table.id}] {row.key}: fit + test of {row.recipe} ({scale})"
+            + (", resuming from last.ckpt" if spec["resume"] else ""))
+
+    for row, entry, _, _ in fits:
+        state["rows"][row.key] = dict(entry, status=STATUS_QUEUED)
+    save()
+    if jobs > 1:
+        from .parallel import run_rows_in_parallel
+
+        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, log=lambda msg: log(f"[{table.id}] {msg}"))
+    else:
+        for row, entry, spec, run_fp in fits:
+            starting(row, entry, spec)
+            started = time.perf_counter()
+            try:
+                result, err = (_run_row_isolated(spec, log) if isolate else run_row(spec)), None
+            except Exception as caught:  # noqa: BLE001 - recorded by `trained`
+                result, err = None, caught
+            trained(row, entry, spec, run_fp, result, err, started)
+
+    # 3. rows measured in another row's run, then dynamic evaluations of finished parents
+    for row, entry, recipe, run_fp in sorted(later, key=lambda item: item[0].evaluation is not None):
         started = time.perf_counter()
         try:
             if row.evaluation:
@@ -733,60 +872,51 @@ def run_table(
                     raise RuntimeError(f"needs row {row.parent} to be done first (its checkpoint is evaluated)")
                 if not writer:
                     continue
+                log(f"[{table.id}] {row.key}: dynamic evaluation of {row.parent}'s checkpoint ({scale})")
                 result = run_dynamic(row, parent_state, recipe, root, scale)
                 entry["parent_finished"] = parent_state.get("finished")
-            else:
-                root_key = task_data_root_key(recipe) if task else "data.data_root"
-                args = cli_arguments(recipe_path, merged_overrides(recipe, row, scale), root, extra, root_key, raw_strings=task)
-                # rows that train the very same model (one row per test set) share one fit and test
-                run_fp = hashlib.sha256(json.dumps({"recipe": recipe_text, "args": args[2:], "scale": scale},
-                                                   sort_keys=True, default=str).encode()).hexdigest()[:16]
-                shared = state.setdefault("runs", {}).get(run_fp)
-                if shared is not None and shared.get("row") != row.key:
-                    result = {k: v for k, v in shared.items() if k != "row"}
-                    result["measured"] = result.get("metrics", {}).get(metric_key(row))
-                    entry["shared_with"] = shared["row"]
-                    log(f"[{table.id}] {row.key}: measured in the run of row {shared['row']} (same model)")
-                else:
-                    resume = previous.get("fingerprint") == fp and previous.get("status") in (STATUS_FAILED, "running")
-                    spec = {"args": args, "workdir": str(workdir), "metric": row.metric, "metric_key": metric_key(row),
-                            "resume": resume}
-                    entry.update(status="running", args=args)
-                    state["rows"][row.key] = dict(entry)
-                    save()
-                    result = _run_row_isolated(spec, log) if isolate else run_row(spec)
-                    if result:
-                        result["wall_seconds"] = time.perf_counter() - started
-                        state["runs"][run_fp] = {"row": row.key, **result}
-                entry["run"] = run_fp
-            if not result:
-                continue  # a non-zero rank under isolation: rank 0 reports
-            if result.get("measured") is None or not math.isfinite(result["measured"]):
-                raise RuntimeError(f"no finite {metric_key(row)} measured (metrics: {result.get('metrics')})")
-            if "shared_with" not in entry:
                 result["wall_seconds"] = time.perf_counter() - started
-            entry.update(status=STATUS_DONE, message=(f"measured in the run of row {entry['shared_with']}"
-                                                      if "shared_with" in entry else ""),
-                         finished=time.time(), **result)
-            summary["ran"].append(row.key)
-            log(f"[{table.id}] {row.key}: {row.metric} {result['measured']:.4f} (published {row.published}) in "
-                f"{result['wall_seconds']:.1f}s")
-        except Exception as err:  # noqa: BLE001 - a failed row is recorded and retried next time
-            from ..data.corpora import CorpusError
-
-            corpus_err = isinstance(err, CorpusError) or isinstance(getattr(err, "__cause__", None), CorpusError)
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            if corpus_err:
-                entry.update(status=STATUS_SKIPPED, message=f"skipped: corpus missing: {first}")
-                summary["skipped"].append(row.key)
             else:
-                entry.update(status=STATUS_FAILED, message=f"failed: {type(err).__name__}: {first}",
-                             traceback=traceback.format_exc(limit=20))
-                summary["failed"].append(row.key)
-            entry["wall_seconds"] = time.perf_counter() - started
-            log(f"[{table.id}] {row.key}: {entry['message']}")
+                if run_fp not in state["runs"]:
+                    raise RuntimeError("the row whose run it shares failed (see that row)")
+                result = shared_result(run_fp, row, entry)
+            finish(row, entry, result)
+        except Exception as err:  # noqa: BLE001 - a failed row is recorded and retried next time
+            fail(row, entry, err, started)
         state["rows"][row.key] = entry
         save()
     save()
     summary["markdown"], summary["csv"] = out / f"{table.id}.md", out / f"{table.id}.csv"
     return summary
+
+
+def _missing_data(recipe: dict, row: Row, root: str | None) -> str | None:
+    """Why a row cannot run here (its corpus or task data is not under the data root), else None."""
+    if is_task_recipe(recipe):
+        return missing_task_data(recipe, root)
+    data = recipe["data"]
+    corpus_options = dict(data.get("corpus_options") or {})
+    for key, value in row.overrides.items():
+        if key.startswith("data.corpus_options."):
+            corpus_options[key.split(".", 2)[2]] = value
+    return missing_corpus(data.get("corpus", "ptb"), corpus_options, root if root is not None else data.get("data_root"))
+
+
+def fit_command(args: Sequence[str], recipes: Path, data_root: str | None) -> str:
+    """The ``dsf fit`` command line that trains a row by itself (then ``dsf test`` of its best checkpoint), with
+    the recipes folder written ``recipes/`` and the data root ``$DSF_DATA_ROOT``."""
+    text = shlex.join(["dsf", "fit", *args]).replace(f"{recipes}{os.sep}", "recipes/")
+    return text.replace(data_root, "$DSF_DATA_ROOT") if data_root else text
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (``-dirty`` when the package or recipes have uncommitted changes); None outside git."""
+    here = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "diff", "--quiet", "HEAD", "--", "dsf_lightning", "recipes"],
+                               capture_output=True, timeout=10).returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head

@@ -1,0 +1,91 @@
+"""Train several rows of a table at once (``dsf reproduce TABLE --jobs N``): one child process per row.
+
+Each child runs ``python -m dsf_lightning.reproduce.row`` with ``threads`` torch / OpenMP threads and its
+output in ``<row folder>/row.log`` (appended across sittings); this process starts the next row when one
+ends, reports each finished epoch from the row's ``progress.json`` and hands every result to ``on_done``.
+Interrupted (Ctrl-C, a kill), it stops its children: their rows stay ``running`` in the state file and the
+next run resumes them from ``last.ckpt``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .progress import read_progress
+from .runner import child_command, read_child_result
+
+POLL_SECONDS = 2.0
+
+
+def _start(spec: dict) -> tuple[subprocess.Popen, Path, Path]:
+    threads = str(spec.get("threads") or 1)
+    quiet = dict(spec, args=[*spec["args"], "--trainer.enable_progress_bar=false"])
+    argv, result_file = child_command(quiet)
+    log_path = Path(spec["workdir"]) / "row.log"
+    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    with open(log_path, "ab") as log_file:
+        log_file.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+        log_file.flush()
+        child = subprocess.Popen(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return child, result_file, log_path
+
+
+def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable, on_done: Callable,
+                         log: Callable[[str], None], poll_s: float = POLL_SECONDS) -> None:
+    """Run ``fits`` (row, entry, spec, run fingerprint) ``jobs`` at a time; ``on_start(row, entry, spec)`` before
+    each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process."""
+    queue = list(fits)
+    running: dict[str, dict] = {}
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                row, entry, spec, run_fp = queue.pop(0)
+                on_start(row, entry, spec)
+                Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
+                known = len(read_progress(Path(spec["workdir"]))["epochs"])  # earlier sittings' epochs are not news
+                child, result_file, log_path = _start(spec)
+                log(f"{row.key}: started (pid {child.pid}, {spec.get('threads') or 1} thread(s), log {log_path})")
+                running[row.key] = dict(child=child, fit=(row, entry, spec, run_fp), result_file=result_file,
+                                        log_path=log_path, started=time.perf_counter(), epochs=known)
+            _wait(poll_s)
+            for key, job in list(running.items()):
+                _report_epochs(key, job, log)
+                code = job["child"].poll()
+                if code is None:
+                    continue
+                del running[key]
+                row, entry, spec, run_fp = job["fit"]
+                try:
+                    result, err = read_child_result(code, job["result_file"], f"see {job['log_path']}"), None
+                except Exception as caught:  # noqa: BLE001 - recorded by on_done
+                    result, err = None, caught
+                on_done(row, entry, spec, run_fp, result, err, job["started"])
+    except BaseException:
+        for job in running.values():
+            job["child"].terminate()
+        for key, job in running.items():
+            try:
+                job["child"].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                job["child"].kill()
+            log(f"{key}: stopped; the next run resumes it from last.ckpt")
+        raise
+
+
+def _wait(seconds: float) -> None:
+    """Sleep between looks at the children (a seam for tests that interrupt the loop)."""
+    time.sleep(seconds)
+
+
+def _report_epochs(key: str, job: dict, log: Callable[[str], None]) -> None:
+    """Log the epochs the row's ``progress.json`` gained since the last look."""
+    epochs = read_progress(Path(job["fit"][2]["workdir"])).get("epochs", [])
+    for record in epochs[job["epochs"]:]:
+        ppl = record.get("val_ppl")
+        shown = f"valid PPL {ppl:,.2f}" if isinstance(ppl, (int, float)) else "validated"
+        log(f"{key}: epoch {record['epoch'] + 1} {shown} ({record.get('cpu_seconds', 0) / 60:.1f} CPU min so far)")
+    job["epochs"] = len(epochs)

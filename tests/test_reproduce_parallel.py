@@ -1,0 +1,111 @@
+"""``dsf reproduce --jobs N``: rows side by side in child processes, costs counted over every sitting."""
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dsf_lightning.cli import main
+from dsf_lightning.reproduce import parallel, runner
+from dsf_lightning.reproduce.progress import read_progress, totals
+from dsf_lightning.reproduce.tables import default_recipes_dir, get_table
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
+HAVE_PTB = (Path(DATA_ROOT) / "ptb" / "ptb.train.txt").is_file()
+needs_ptb = pytest.mark.skipif(not HAVE_PTB, reason="PTB not under the data root")
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return {r["row"]: r for r in csv.DictReader(f)}
+
+
+@needs_ptb
+def test_two_rows_train_side_by_side_in_one_thread_processes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    code = main(["reproduce", "dsf-table1-word", "--rows", "elman,lstm", "--jobs", "2", "--scale", "tiny",
+                 "--data-root", DATA_ROOT, "--out", str(out)])
+    assert code == 0
+    rows = read_csv(out / "dsf-table1-word.csv")
+    state = json.loads((out / "dsf-table1-word.state.json").read_text())
+    for key in ("elman", "lstm"):
+        row, entry = rows[key], state["rows"][key]
+        assert row["status"] == "done", row
+        assert entry["threads"] == 1  # the child ran with one torch thread
+        assert float(row["cpu_seconds"]) > 0 and float(row["wall_seconds"]) > 0 and row["epochs"] == "1"
+        assert row["command"].startswith("dsf fit --config recipes/ptb/") and "$DSF_DATA_ROOT" in row["command"]
+        assert row["commit"], "the git commit is recorded"
+        folder = out / "runs" / "dsf-table1-word" / key
+        assert "dsf_lightning.reproduce.row" in (folder / "row.log").read_text()
+        progress = read_progress(folder)
+        assert len(progress["sittings"]) == 1 and totals(progress)["tokens"] == entry["tokens"] > 0
+    assert rows["delta-rnn"]["status"] == "not run"
+    markdown = (out / "dsf-table1-word.md").read_text()
+    assert "Produced by `dsf reproduce dsf-table1-word --scale tiny --rows elman,lstm --jobs 2 " \
+           "--data-root \"$DSF_DATA_ROOT\" --out" in markdown
+    assert "| CPU |" in markdown
+
+
+@needs_ptb
+def test_interrupted_parallel_run_stops_its_children_and_the_next_run_retries(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    started = []
+    real_start = parallel._start
+
+    def start(spec):
+        child = real_start(spec)
+        started.append(child[0])
+        return child
+
+    def interrupt(_seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel, "_start", start)
+    monkeypatch.setattr(parallel, "_wait", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_table("dsf-table1-word", rows=["elman", "lstm"], jobs=2, scale="tiny", data_root=DATA_ROOT,
+                         out=out, log=lambda _: None)
+    assert len(started) == 2 and all(child.poll() is not None for child in started)
+    state = json.loads((out / "dsf-table1-word.state.json").read_text())
+    assert {state["rows"][k]["status"] for k in ("elman", "lstm")} == {"running"}
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    summary = runner.run_table("dsf-table1-word", rows=["elman", "lstm"], jobs=2, scale="tiny", data_root=DATA_ROOT,
+                               out=out, log=lambda _: None)
+    assert sorted(summary["ran"]) == ["elman", "lstm"] and not summary["failed"]
+
+
+def test_jobs_and_threads_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="jobs must be a whole number >= 1"):
+        runner.run_table("scrn-table2", jobs=0, out=tmp_path)
+    with pytest.raises(ValueError, match="threads must be"):
+        runner.run_table("scrn-table2", jobs=2, threads=0, out=tmp_path)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        runner.run_table("scrn-table2", jobs=2, out=tmp_path, overrides=["--trainer.devices=2"])
+
+
+@needs_ptb
+def test_progress_counts_every_sitting_of_a_resumed_row(tmp_path):
+    """Fit one epoch, then resume from last.ckpt to two: two sittings, one record per epoch, totals summed."""
+    recipe = load = default_recipes_dir() / "ptb" / "scrn_h40_s10.yaml"
+    recipe_dict = runner.load_recipe(load)
+    row = get_table("scrn-table2").row("h40-s10")
+    args = runner.cli_arguments(recipe, runner.merged_overrides(recipe_dict, row, "tiny"), DATA_ROOT, [])
+    workdir = tmp_path / "row"
+    spec = {"args": args, "workdir": str(workdir), "metric": "ppl", "resume": False}
+    first = runner.run_row(spec)
+    assert first["sittings"] == 1 and [e["epoch"] for e in first["epochs"]] == [0]
+    second = runner.run_row(dict(spec, args=[*args, "--trainer.max_epochs=2"], resume=True))
+    assert second["resumed_from"] and second["sittings"] == 2
+    assert [e["epoch"] for e in second["epochs"]] == [0, 1]
+    progress = read_progress(workdir)
+    spent = totals(progress)
+    assert spent["tokens"] == second["tokens"] == 2 * first["tokens"]
+    assert second["cpu_seconds"] == pytest.approx(spent["cpu_seconds"]) and spent["cpu_seconds"] > first["cpu_seconds"]
+    assert second["epochs"][1]["cpu_seconds"] > second["epochs"][0]["cpu_seconds"]
+    assert second["epochs"][0]["val_ppl"] > 1
