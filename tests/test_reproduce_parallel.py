@@ -109,3 +109,42 @@ def test_progress_counts_every_sitting_of_a_resumed_row(tmp_path):
     assert second["cpu_seconds"] == pytest.approx(spent["cpu_seconds"]) and spent["cpu_seconds"] > first["cpu_seconds"]
     assert second["epochs"][1]["cpu_seconds"] > second["epochs"][0]["cpu_seconds"]
     assert second["epochs"][0]["val_ppl"] > 1
+
+
+@needs_ptb
+def test_sigterm_to_the_parallel_run_stops_its_children(tmp_path):
+    """`kill PID` of `dsf reproduce --jobs 2` must not leave its row processes running on their own."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    log = tmp_path / "log.txt"
+    with open(log, "w") as sink:
+        parent = subprocess.Popen([sys.executable, "-m", "dsf_lightning.cli", "reproduce", "dsf-table1-word", "--rows",
+                                   "elman,lstm", "--jobs", "2", "--scale", "tiny", "--data-root", DATA_ROOT,
+                                   "--out", str(out)], stdout=sink, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                  env=dict(os.environ, OMP_NUM_THREADS="1"))
+        try:
+            deadline = time.time() + 120
+            while log.read_text().count("started (pid") < 2 and time.time() < deadline and parent.poll() is None:
+                time.sleep(0.2)
+            pids = [int(line.split("(pid ")[1].split(",")[0]) for line in log.read_text().splitlines()
+                    if "started (pid" in line]
+            assert len(pids) == 2, log.read_text()
+            parent.send_signal(signal.SIGTERM)
+            parent.wait(timeout=60)
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+    time.sleep(0.5)
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    assert not alive, f"row processes {alive} outlived their parent\n{log.read_text()}"
+    assert "stopped; the next run resumes it" in log.read_text()

@@ -3,14 +3,16 @@
 Each child runs ``python -m dsf_lightning.reproduce.row`` with ``threads`` torch / OpenMP threads and its
 output in ``<row folder>/row.log`` (appended across sittings); this process starts the next row when one
 ends, reports each finished epoch from the row's ``progress.json`` and hands every result to ``on_done``.
-Interrupted (Ctrl-C, a kill), it stops its children: their rows stay ``running`` in the state file and the
+Interrupted (Ctrl-C, SIGTERM), it stops its children: their rows stay ``running`` in the state file and the
 next run resumes them from ``last.ckpt``.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -40,6 +42,7 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
     each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process."""
     queue = list(fits)
     running: dict[str, dict] = {}
+    previous = _stop_on_sigterm()
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -74,6 +77,25 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
                 job["child"].kill()
             log(f"{key}: stopped; the next run resumes it from last.ckpt")
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler's time limit) reached ``dsf reproduce --jobs``: its children are stopped."""
+
+
+def _stop_on_sigterm():
+    """Make SIGTERM raise :class:`Terminated` here, so the children are stopped too (not left orphaned); returns
+    the previous handler (None when this is not the main thread, where handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise Terminated(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _wait(seconds: float) -> None:
