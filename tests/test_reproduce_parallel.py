@@ -44,6 +44,10 @@ def test_two_rows_train_side_by_side_in_one_thread_processes(tmp_path, monkeypat
         progress = read_progress(folder)
         assert len(progress["sittings"]) == 1 and totals(progress)["tokens"] == entry["tokens"] > 0
     assert rows["delta-rnn"]["status"] == "not run"
+    with open(out / "dsf-table1-word.curves.csv", newline="") as f:
+        curves = list(csv.DictReader(f))
+    assert sorted(c["row"] for c in curves) == ["elman", "lstm"] and all(float(c["val_metric"]) > 1 for c in curves)
+    assert (out / "dsf-table1-word.curves.png").read_bytes()[:4] == b"\x89PNG"
     markdown = (out / "dsf-table1-word.md").read_text()
     assert "Produced by `dsf reproduce dsf-table1-word --scale tiny --rows elman,lstm --jobs 2 " \
            "--data-root \"$DSF_DATA_ROOT\" --out" in markdown
@@ -148,3 +152,23 @@ def test_sigterm_to_the_parallel_run_stops_its_children(tmp_path):
             pass
     assert not alive, f"row processes {alive} outlived their parent\n{log.read_text()}"
     assert "stopped; the next run resumes it" in log.read_text()
+
+
+@needs_ptb
+def test_the_table_shows_a_row_still_training_from_its_progress(tmp_path):
+    """A row whose process is still training (status running) is shown with its epochs and costs so far."""
+    from dsf_lightning.reproduce.report import row_folder, write_outputs
+
+    table = get_table("scrn-table2")
+    recipe = default_recipes_dir() / table.row("h40-s10").recipe
+    args = runner.cli_arguments(recipe, runner.merged_overrides(runner.load_recipe(recipe), table.row("h40-s10"), "tiny"),
+                                DATA_ROOT, [])
+    folder = row_folder(tmp_path, table.id, "h40-s10")
+    runner.run_row({"args": args, "workdir": str(folder), "metric": "ppl", "resume": False})
+    state = {"table": table.id, "rows": {"h40-s10": {"status": "running"}}}
+    md, csv_path = write_outputs(table, state, tmp_path, "paper")
+    row = read_csv(csv_path)["h40-s10"]
+    assert row["status"] == "running" and row["epochs"] == "1" and float(row["cpu_seconds"]) > 0
+    assert row["message"].startswith("running: 1 epoch(s) so far, last valid loss")
+    assert "running: 1 epoch(s) so far" in md.read_text()
+    assert (tmp_path / "scrn-table2.curves.png").is_file()

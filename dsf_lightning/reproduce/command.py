@@ -75,6 +75,9 @@ def add_reproduce_parser(commands) -> None:
                         help="train this many rows at once, each in its own process (default 1; e.g. 2 on a 2-core CPU)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads per row's process (default: 1 with --jobs > 1, else torch's default)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: rewrite OUT/TABLE.md, .csv and the curves from the state and the rows' "
+                             "progress (a live view of a run in another terminal)")
     parser.set_defaults(handler=reproduce_command, passes_overrides=True, overrides=[])
 
 
@@ -86,6 +89,12 @@ def reproduce_command(args: argparse.Namespace) -> int:
         raise SystemExit(f"dsf reproduce: unrecognized arguments: {' '.join(bad)} "
                          "(only --trainer.*, --model.*, --data.* and --seed_everything go to the rows)")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    if args.report_only:
+        from .runner import report_table
+
+        md, csv_path = report_table(args.table, out=args.out, scale=args.scale)
+        print(f"wrote {md} and {csv_path}")
+        return 0
     if args.jobs < 1 or (args.threads is not None and args.threads < 1):
         raise SystemExit(f"dsf reproduce: --jobs and --threads must be 1 or more, got {args.jobs} and {args.threads}")
     command = shlex.join(["dsf", "reproduce", args.table, "--scale", args.scale, *(["--rows", args.rows] if args.rows else []),

@@ -37,9 +37,11 @@ def _start(spec: dict) -> tuple[subprocess.Popen, Path, Path]:
 
 
 def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable, on_done: Callable,
-                         log: Callable[[str], None], poll_s: float = POLL_SECONDS) -> None:
+                         log: Callable[[str], None], on_epoch: Callable[[], None] | None = None,
+                         poll_s: float = POLL_SECONDS) -> None:
     """Run ``fits`` (row, entry, spec, run fingerprint) ``jobs`` at a time; ``on_start(row, entry, spec)`` before
-    each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process."""
+    each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process;
+    ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table)."""
     queue = list(fits)
     running: dict[str, dict] = {}
     previous = _stop_on_sigterm()
@@ -56,7 +58,8 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
                                         log_path=log_path, started=time.perf_counter(), epochs=known)
             _wait(poll_s)
             for key, job in list(running.items()):
-                _report_epochs(key, job, log)
+                if _report_epochs(key, job, log) and on_epoch is not None:
+                    on_epoch()
                 code = job["child"].poll()
                 if code is None:
                     continue
@@ -103,11 +106,13 @@ def _wait(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def _report_epochs(key: str, job: dict, log: Callable[[str], None]) -> None:
-    """Log the epochs the row's ``progress.json`` gained since the last look."""
+def _report_epochs(key: str, job: dict, log: Callable[[str], None]) -> bool:
+    """Log the epochs the row's ``progress.json`` gained since the last look; True when there were any."""
     epochs = read_progress(Path(job["fit"][2]["workdir"])).get("epochs", [])
+    news = len(epochs) > job["epochs"]
     for record in epochs[job["epochs"]:]:
         ppl = record.get("val_ppl")
         shown = f"valid PPL {ppl:,.2f}" if isinstance(ppl, (int, float)) else "validated"
         log(f"{key}: epoch {record['epoch'] + 1} {shown} ({record.get('cpu_seconds', 0) / 60:.1f} CPU min so far)")
     job["epochs"] = len(epochs)
+    return news

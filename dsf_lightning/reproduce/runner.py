@@ -40,9 +40,7 @@ rank 0 writes; with Lightning's own launcher (``--trainer.devices N``) every row
 from __future__ import annotations
 
 import copy
-import csv
 import hashlib
-import io
 import json
 import logging
 import math
@@ -59,6 +57,8 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from .._fs import write_text_atomic as write_atomic
+from .report import (STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, row_folder,
+                     write_outputs)
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
 
 logger = logging.getLogger(__name__)
@@ -73,11 +73,6 @@ TASK_SMALL = dict(max_hidden=256, max_embedding=256, max_k=100, max_epochs=5, ma
 #: task DataModules whose data is so small that ``small`` keeps many epochs (capped at this many)
 TASK_SMALL_EPOCHS = {"TomitaDataModule": 100}
 DISTRIBUTED_FLAGS = ("--trainer.devices", "--trainer.num_nodes", "--trainer.strategy")
-STATUS_DONE, STATUS_FAILED, STATUS_SKIPPED, STATUS_PENDING = "done", "failed", "skipped", "pending"
-STATUS_RUNNING, STATUS_QUEUED = "running", "queued"
-CSV_FIELDS = ("table", "row", "label", "metric", "split", "published", "measured", "difference", "published_valid",
-              "measured_valid", "status", "wall_seconds", "cpu_seconds", "epochs", "tokens_per_second", "parameters",
-              "recipe", "scale", "command", "commit", "message")
 
 
 # =============================================================================================== helpers
@@ -535,134 +530,6 @@ def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | Non
             "metrics": {"test_loss": nll, "test_tokens": test.tokens}, "wall_seconds": seconds}
 
 
-# =============================================================================================== outputs
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or value == "":
-        return ""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return f"{value:,.{digits}f}" if abs(value) < 1e6 else f"{value:.4g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def table_rows(table: Table, state: dict, scale: str) -> list[dict]:
-    out = []
-    for row in table.rows:
-        entry = state.get("rows", {}).get(row.key, {})
-        status = entry.get("status") or (STATUS_PENDING if row.pending else "not run")
-        message = entry.get("message") or (f"pending: {row.pending}" if row.pending else row.note)
-        done = status == STATUS_DONE
-        measured = entry.get("measured") if done else None
-        best_val = entry.get("metrics", {}).get("best_val_loss") if done else None
-        out.append({
-            "table": table.id, "row": row.key, "label": row.label, "metric": row.metric, "split": row.split,
-            "published": row.published, "measured": measured,
-            "difference": (measured - row.published) if measured is not None else None,
-            "published_valid": row.published_valid,
-            "measured_valid": _metric_from_loss(best_val, row.metric) if best_val is not None else None,
-            "status": status, "wall_seconds": entry.get("wall_seconds"),
-            "cpu_seconds": entry.get("cpu_seconds"), "epochs": len(entry.get("epochs") or []) or None,
-            "tokens_per_second": entry.get("tokens_per_second"), "parameters": entry.get("parameters"),
-            "recipe": row.recipe or (f"(evaluation of {row.parent})" if row.evaluation else ""),
-            "scale": entry.get("scale", scale), "command": entry.get("command", ""),
-            "commit": entry.get("commit") or "", "message": message,
-        })
-    return out
-
-
-def _metric_from_loss(loss: float, metric: str) -> float:
-    """A mean cross-entropy in nats as the row's metric (PPL, BPC or NLL)."""
-    return {"ppl": lambda x: math.exp(min(x, 700.0)), "bpc": lambda x: x / math.log(2), "nll": float}.get(
-        metric, float)(loss)
-
-
-def render_csv(rows: list[dict]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k])) for k in CSV_FIELDS})
-    return buffer.getvalue()
-
-
-def usage_footer(table_id: str) -> str:
-    return f"""## How to run
-
-```bash
-dsf reproduce {table_id} --scale paper --data-root /path/to/data --out results        # one GPU or CPU
-dsf reproduce {table_id} --rows ROW1,ROW2 --scale small --out results-small             # some rows, capped sizes
-dsf reproduce {table_id} --scale paper --out results --trainer.accelerator gpu --trainer.devices 4 --trainer.strategy ddp
-# several nodes with torchrun (every node runs the same line; each row's fit joins the group)
-torchrun --nnodes 2 --nproc-per-node 4 --node-rank $NODE_RANK --master-addr $MASTER --master-port 29500 \\
-  $(which dsf) reproduce {table_id} --scale paper --out results --trainer.devices 4 --trainer.num_nodes 2 --trainer.strategy ddp
-# SLURM (one task per GPU; Lightning reads the SLURM environment)
-srun --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 dsf reproduce {table_id} --scale paper --out results \\
-  --trainer.devices 4 --trainer.num_nodes 2 --trainer.strategy ddp
-```
-
-Re-running the same command skips finished rows (state in `{table_id}.state.json`) and retries failed ones
-from their `last.ckpt`; only global rank 0 writes the files. `--trainer.*`, `--model.*` and `--data.*`
-options after the table id go to every row's `dsf fit`. Scales: `tiny` (a CPU smoke run, numbers
-meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `paper` (the recipes as written).
-"""
-
-
-def _duration(seconds: Any) -> str:
-    if not isinstance(seconds, (int, float)):
-        return ""
-    minutes = int(round(seconds / 60))
-    return f"{minutes // 60}:{minutes % 60:02d}" if seconds >= 60 else f"{seconds:.0f}s"
-
-
-def render_markdown(table: Table, rows: list[dict], scale: str, state: dict | None = None) -> str:
-    unit = {"ppl": "PPL", "bpc": "BPC", "nll": "NLL", "error": "error"}
-    state = state or {}
-    split = ("test" if all(r["split"] == "test" for r in rows)
-             else "each row's test set (`split` in the CSV; the metric is `test_<metric>/<split>`)")
-    valid = any(r["published_valid"] is not None or r["measured_valid"] is not None for r in rows)
-    lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: {split}. "
-             "Difference = measured - published (lower is better for every metric here)."]
-    if state.get("command"):
-        lines += ["", f"Produced by `{state['command']}` at commit `{state.get('commit') or 'unknown'}` "
-                      "(each row's own command and commit: the CSV, `command` and `commit`)."]
-    lines += ["", "Wall and CPU time (h:mm) are the training loop's, summed over every sitting of a resumed row; "
-                  "tokens/s = training tokens / training wall seconds.", ""]
-    head = ["row", "metric", "published", "measured", "difference"]
-    head += ["valid published", "valid measured"] if valid else []
-    head += ["epochs", "wall", "CPU", "tokens/s", "parameters", "status"]
-    lines += ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * (len(head) - 3)) + " | --- |"]
-    for r in rows:
-        cells = [f"{r['label']} (`{r['row']}`)", unit[r["metric"]], _fmt(r["published"]), _fmt(r["measured"]),
-                 _fmt(r["difference"])]
-        cells += [_fmt(r["published_valid"]), _fmt(r["measured_valid"])] if valid else []
-        cells += [_fmt(r["epochs"]), _duration(r["wall_seconds"]), _duration(r["cpu_seconds"]),
-                  _fmt(r["tokens_per_second"], 0), _fmt(r["parameters"]), r["status"]]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "## Rows", ""]
-    for r in rows:
-        text = f"- `{r['row']}`: {r['recipe'] or 'no recipe'}"
-        if r["message"]:
-            text += f" -- {r['message']}"
-        if r["command"]:
-            text += f"\n  `{r['command']}`"
-        lines.append(text)
-    if table.notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in table.notes]
-    lines += ["", usage_footer(table.id)]
-    return "\n".join(lines)
-
-
-def write_outputs(table: Table, state: dict, out: Path, scale: str) -> tuple[Path, Path]:
-    rows = table_rows(table, state, scale)
-    md, csv_path = out / f"{table.id}.md", out / f"{table.id}.csv"
-    write_atomic(csv_path, render_csv(rows))
-    write_atomic(md, render_markdown(table, rows, scale, state))
-    return md, csv_path
-
-
 # =============================================================================================== a table
 def _read_state(path: Path, table: Table) -> dict:
     if path.is_file():
@@ -815,7 +682,7 @@ def run_table(
             continue
         queued_runs.add(run_fp)
         resume = previous.get("fingerprint") == fp and previous.get("status") in (STATUS_FAILED, STATUS_RUNNING, STATUS_QUEUED)
-        spec = {"args": args, "workdir": str(out / "runs" / table.id / row.key), "metric": row.metric,
+        spec = {"args": args, "workdir": str(row_folder(out, table.id, row.key)), "metric": row.metric,
                 "metric_key": metric_key(row), "resume": resume, "threads": threads,
                 "command": fit_command(args, recipes, root)}
         entry.update(args=args, command=spec["command"], commit=state["commit"], reproduce_command=command)
@@ -851,7 +718,8 @@ def run_table(
     if jobs > 1:
         from .parallel import run_rows_in_parallel
 
-        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, log=lambda msg: log(f"[{table.id}] {msg}"))
+        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=save,
+                             log=lambda msg: log(f"[{table.id}] {msg}"))
     else:
         for row, entry, spec, run_fp in fits:
             starting(row, entry, spec)
@@ -888,6 +756,17 @@ def run_table(
     save()
     summary["markdown"], summary["csv"] = out / f"{table.id}.md", out / f"{table.id}.csv"
     return summary
+
+
+def report_table(table_id: str, *, out: str | os.PathLike = "reproduce", scale: str = "paper") -> tuple[Path, Path]:
+    """Rewrite ``<out>/<table>.md`` / ``.csv`` / curves from the state file and the rows' progress; trains nothing."""
+    table = get_table(table_id)
+    out = Path(out).expanduser().resolve()
+    state_path = out / f"{table.id}.state.json"
+    if not state_path.is_file():
+        raise FileNotFoundError(f"no {state_path}: run `dsf reproduce {table.id} --out {out}` first")
+    state = _read_state(state_path, table)
+    return write_outputs(table, state, out, scale)
 
 
 def _missing_data(recipe: dict, row: Row, root: str | None) -> str | None:

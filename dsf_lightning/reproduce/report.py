@@ -1,0 +1,253 @@
+"""The outputs of ``dsf reproduce``: ``<table>.md`` / ``.csv`` (published, measured, difference, costs, each
+row's command and commit), ``<table>.curves.csv`` (validation after every epoch of every row, finished or
+still training) and ``<table>.curves.png`` (those curves; needs matplotlib, skipped without it).
+
+Rows still training are shown from their ``progress.json`` (:mod:`.progress`): the table is a live view of
+a long run, rewritten after every row and on every run of the command.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from .._fs import write_text_atomic as write_atomic
+from .progress import read_progress, totals
+from .tables import Table
+
+logger = logging.getLogger(__name__)
+
+STATUS_DONE, STATUS_FAILED, STATUS_SKIPPED, STATUS_PENDING = "done", "failed", "skipped", "pending"
+STATUS_RUNNING, STATUS_QUEUED = "running", "queued"
+CSV_FIELDS = ("table", "row", "label", "metric", "split", "published", "measured", "difference", "published_valid",
+              "measured_valid", "status", "wall_seconds", "cpu_seconds", "epochs", "tokens_per_second", "parameters",
+              "recipe", "scale", "command", "commit", "message")
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:,.{digits}f}" if abs(value) < 1e6 else f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def row_folder(out: Path, table_id: str, row_key: str) -> Path:
+    """Where a row trains: ``<out>/runs/<table>/<row>/`` (its checkpoints, logs and ``progress.json``)."""
+    return Path(out) / "runs" / table_id / row_key
+
+
+def row_epochs(entry: dict, folder: Path) -> list[dict]:
+    """A row's validation after every epoch: from the state when it is done, else from its ``progress.json``."""
+    if entry.get("status") == STATUS_DONE and entry.get("epochs") is not None:
+        return list(entry["epochs"])
+    return read_progress(folder)["epochs"] if folder.is_dir() else []
+
+
+def _live(entry: dict, folder: Path) -> dict:
+    """Costs and a one-line status of a row that has not finished (running, queued, stopped or failed)."""
+    progress = read_progress(folder) if folder.is_dir() else {"sittings": [], "epochs": []}
+    if not progress["sittings"]:
+        return {}
+    spent, epochs = totals(progress), progress["epochs"]
+    last = epochs[-1] if epochs else {}
+    text = f"{len(epochs)} epoch(s) so far"
+    if "val_loss" in last:
+        text += f", last valid loss {last['val_loss']:.4f} (PPL {math.exp(min(last['val_loss'], 700.0)):,.2f})"
+    return {"cpu_seconds": spent["cpu_seconds"], "wall_seconds": spent["wall_seconds"], "epochs": len(epochs) or None,
+            "message": text}
+
+
+def table_rows(table: Table, state: dict, scale: str, out: Path | None = None) -> list[dict]:
+    rows_out = []
+    for row in table.rows:
+        entry = state.get("rows", {}).get(row.key, {})
+        status = entry.get("status") or (STATUS_PENDING if row.pending else "not run")
+        message = entry.get("message") or (f"pending: {row.pending}" if row.pending else row.note)
+        done = status == STATUS_DONE
+        live = _live(entry, row_folder(out, table.id, row.key)) if out is not None and not done else {}
+        if live:
+            message = f"{status}: {live['message']}" + (f" -- {message}" if message else "")
+        measured = entry.get("measured") if done else None
+        best_val = entry.get("metrics", {}).get("best_val_loss") if done else None
+        rows_out.append({
+            "table": table.id, "row": row.key, "label": row.label, "metric": row.metric, "split": row.split,
+            "published": row.published, "measured": measured,
+            "difference": (measured - row.published) if measured is not None else None,
+            "published_valid": row.published_valid,
+            "measured_valid": _metric_from_loss(best_val, row.metric) if best_val is not None else None,
+            "status": status, "wall_seconds": live.get("wall_seconds", entry.get("wall_seconds")),
+            "cpu_seconds": live.get("cpu_seconds", entry.get("cpu_seconds")),
+            "epochs": live.get("epochs", len(entry.get("epochs") or []) or None),
+            "tokens_per_second": entry.get("tokens_per_second"), "parameters": entry.get("parameters"),
+            "recipe": row.recipe or (f"(evaluation of {row.parent})" if row.evaluation else ""),
+            "scale": entry.get("scale", scale), "command": entry.get("command", ""),
+            "commit": entry.get("commit") or "", "message": message,
+        })
+    return rows_out
+
+
+def _metric_from_loss(loss: float, metric: str) -> float:
+    """A mean cross-entropy in nats as the row's metric (PPL, BPC or NLL)."""
+    return {"ppl": lambda x: math.exp(min(x, 700.0)), "bpc": lambda x: x / math.log(2), "nll": float}.get(
+        metric, float)(loss)
+
+
+def render_csv(rows: list[dict]) -> str:
+    return _csv(rows, CSV_FIELDS)
+
+
+def usage_footer(table_id: str) -> str:
+    return f"""## How to run
+
+```bash
+dsf reproduce {table_id} --scale paper --data-root /path/to/data --out results        # one GPU or CPU
+dsf reproduce {table_id} --rows ROW1,ROW2 --scale small --out results-small             # some rows, capped sizes
+dsf reproduce {table_id} --scale paper --out results --trainer.accelerator gpu --trainer.devices 4 --trainer.strategy ddp
+# several nodes with torchrun (every node runs the same line; each row's fit joins the group)
+torchrun --nnodes 2 --nproc-per-node 4 --node-rank $NODE_RANK --master-addr $MASTER --master-port 29500 \\
+  $(which dsf) reproduce {table_id} --scale paper --out results --trainer.devices 4 --trainer.num_nodes 2 --trainer.strategy ddp
+# SLURM (one task per GPU; Lightning reads the SLURM environment)
+srun --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 dsf reproduce {table_id} --scale paper --out results \\
+  --trainer.devices 4 --trainer.num_nodes 2 --trainer.strategy ddp
+```
+
+Re-running the same command skips finished rows (state in `{table_id}.state.json`) and retries failed ones
+from their `last.ckpt`; only global rank 0 writes the files. `--trainer.*`, `--model.*` and `--data.*`
+options after the table id go to every row's `dsf fit`. Scales: `tiny` (a CPU smoke run, numbers
+meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `paper` (the recipes as written).
+"""
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return ""
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60}:{minutes % 60:02d}" if seconds >= 60 else f"{seconds:.0f}s"
+
+
+def render_markdown(table: Table, rows: list[dict], scale: str, state: dict | None = None,
+                    plot: Path | None = None) -> str:
+    unit = {"ppl": "PPL", "bpc": "BPC", "nll": "NLL", "error": "error"}
+    state = state or {}
+    split = ("test" if all(r["split"] == "test" for r in rows)
+             else "each row's test set (`split` in the CSV; the metric is `test_<metric>/<split>`)")
+    valid = any(r["published_valid"] is not None or r["measured_valid"] is not None for r in rows)
+    lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: {split}. "
+             "Difference = measured - published (lower is better for every metric here)."]
+    if state.get("command"):
+        lines += ["", f"Produced by `{state['command']}` at commit `{state.get('commit') or 'unknown'}` "
+                      "(each row's own command and commit: the CSV, `command` and `commit`)."]
+    lines += ["", "Wall and CPU time (h:mm) are the training loop's, summed over every sitting of a resumed row; "
+                  "tokens/s = training tokens / training wall seconds.", ""]
+    head = ["row", "metric", "published", "measured", "difference"]
+    head += ["valid published", "valid measured"] if valid else []
+    head += ["epochs", "wall", "CPU", "tokens/s", "parameters", "status"]
+    lines += ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * (len(head) - 3)) + " | --- |"]
+    for r in rows:
+        cells = [f"{r['label']} (`{r['row']}`)", unit[r["metric"]], _fmt(r["published"]), _fmt(r["measured"]),
+                 _fmt(r["difference"])]
+        cells += [_fmt(r["published_valid"]), _fmt(r["measured_valid"])] if valid else []
+        cells += [_fmt(r["epochs"]), _duration(r["wall_seconds"]), _duration(r["cpu_seconds"]),
+                  _fmt(r["tokens_per_second"], 0), _fmt(r["parameters"]), r["status"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Rows", ""]
+    for r in rows:
+        text = f"- `{r['row']}`: {r['recipe'] or 'no recipe'}"
+        if r["message"]:
+            text += f" -- {r['message']}"
+        if r["command"]:
+            text += f"\n  `{r['command']}`"
+        lines.append(text)
+    if table.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in table.notes]
+    if plot is not None:
+        lines += ["", f"![validation after every epoch]({plot.name})", "",
+                  f"Every epoch's validation number: `{table.id}.curves.csv`."]
+    lines += ["", usage_footer(table.id)]
+    return "\n".join(lines)
+
+
+CURVE_FIELDS = ("table", "row", "epoch", "val_loss", "val_metric", "tokens", "cpu_seconds", "wall_seconds")
+
+
+def curve_rows(table: Table, state: dict, out: Path) -> list[dict]:
+    """One record per (row, epoch) with a validation: loss, the row's metric from it, cumulative costs."""
+    records = []
+    for row in table.rows:
+        entry = state.get("rows", {}).get(row.key, {})
+        for e in row_epochs(entry, row_folder(out, table.id, row.key)):
+            if "val_loss" not in e:
+                continue
+            records.append({"table": table.id, "row": row.key, "epoch": e["epoch"] + 1, "val_loss": e["val_loss"],
+                            "val_metric": _metric_from_loss(e["val_loss"], row.metric), "tokens": e.get("tokens"),
+                            "cpu_seconds": e.get("cpu_seconds"), "wall_seconds": e.get("wall_seconds")})
+    return records
+
+
+def _csv(records: list[dict], fields: tuple[str, ...]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k])) for k in fields})
+    return buffer.getvalue()
+
+
+def plot_curves(table: Table, records: list[dict], path: Path) -> Path | None:
+    """Validation metric against training CPU hours, one line per row, the published numbers dashed; None
+    (and a log line) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.info("no %s: matplotlib is not installed (pip install 'dsf-lightning[plots]')", path.name)
+        return None
+    unit = {"ppl": "perplexity", "bpc": "bits per character", "nll": "nats per symbol", "error": "error"}
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=100, layout="constrained")
+    for i, row in enumerate(table.rows):
+        points = [r for r in records if r["row"] == row.key]
+        if not points:
+            continue
+        color = f"C{i % 10}"
+        ax.plot([p["cpu_seconds"] / 3600 for p in points], [p["val_metric"] for p in points], "o-", ms=3,
+                color=color, label=row.label)
+        target = row.published_valid if row.published_valid is not None else None
+        if target is not None and math.isfinite(target):
+            ax.axhline(target, color=color, ls="--", lw=0.8)
+    metric = table.rows[0].metric if table.rows else "ppl"
+    ax.set_xlabel("training CPU hours (one thread per row)")
+    ax.set_ylabel(f"validation {unit.get(metric, metric)}")
+    if metric == "ppl":
+        ax.set_yscale("log")
+    ax.set_title(f"{table.id}: validation after every epoch (dashed: the paper's validation number)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
+def write_outputs(table: Table, state: dict, out: Path, scale: str) -> tuple[Path, Path]:
+    rows = table_rows(table, state, scale, out)
+    md, csv_path = out / f"{table.id}.md", out / f"{table.id}.csv"
+    write_atomic(csv_path, render_csv(rows))
+    records = curve_rows(table, state, out)
+    plot = None
+    if records:
+        write_atomic(out / f"{table.id}.curves.csv", _csv(records, CURVE_FIELDS))
+        plot = plot_curves(table, records, out / f"{table.id}.curves.png")
+    write_atomic(md, render_markdown(table, rows, scale, state, plot))
+    return md, csv_path
