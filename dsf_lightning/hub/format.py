@@ -2,8 +2,8 @@
 
 A folder holds (Hugging Face convention)::
 
-    config.json         {"format": "dsf-lightning", "format_version": 2, "library_version": ...,
-                         "model": LMConfig.to_dict(), "info": {...},
+    config.json         {"format": "dsf-lightning", "format_version": 2, "task": "language-model",
+                         "library_version": ..., "model": LMConfig.to_dict(), "info": {...},
                          "weights": {"dtype": "float32" | "float16", "tied_weights": {...}},
                          "files": {name: {"sha256": ..., "size": ...}},   (checksums of the files below
                                                                           but README.md)
@@ -29,7 +29,10 @@ a missing file, a dsf_tokenizer.json / vocab.json that is not the one config.jso
 a tokenizer that cannot produce the vocabulary's symbols, or of another kind than ``info.tokenizer``),
 JSON nested deeper than 64 levels or holding a 30+-digit integer, a model.safetensors larger than the
 model config.json describes (refused from its size, before it is read) — each raises
-:class:`PretrainedFormatError` naming the file, what is wrong and what to do. Nothing is ever unpickled: JSON and safetensors only. Lightning checkpoints are read with
+:class:`PretrainedFormatError` naming the file, what is wrong and what to do; a folder holding a text
+classifier (``task: text-classification``, :mod:`.classifier`) raises :class:`WrongTaskError` naming the
+loader to use (``task`` absent: a language model, as every folder written before the field). What every kind
+of folder shares (checksums, bounded reading, the atomic write, strict weights) is :mod:`._folder`. Nothing is ever unpickled: JSON and safetensors only. Lightning checkpoints are read with
 ``torch.load(weights_only=True)``, which only rebuilds tensors and plain containers.
 """
 
@@ -37,63 +40,83 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import logging
-import math
-import os
-import pickle
-import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from .. import __version__
-from .._json import JSONLimitError, loads_bounded
-from ..cells import UnknownCellError, get_cell, list_cells
-from ..data.tokenizers import Tokenizer, TokenizerError, get_tokenizer, tokenizer_from_json
+from ..cells import UnknownCellError, get_cell
+from ..data.tokenizers import (
+    Tokenizer,
+    TokenizerError,
+    get_tokenizer,
+    tokenizer_from_json,
+)
 from ..data.vocab import Vocabulary, VocabularyError
 from ..model import LMConfig, ModelConfigError, RecurrentLM
-from . import _atomic, _safetensors
+from ._folder import (  # noqa: F401 - the shared folder mechanics, importable from here as before
+    CARD_FILE,
+    CELL_FIX,
+    CONFIG_FILE,
+    DSF_TOKENIZER_FILE,
+    FLOAT16_MAX,
+    FORMAT,
+    FORMAT_VERSION,
+    HEADER_ALLOWANCE,
+    LANGUAGE_MODEL,
+    LOAD_DTYPES,
+    MAX_JSON_BYTES,
+    REDO,
+    STORAGE_DTYPES,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    PretrainedFormatError,
+    WrongTaskError,
+    _check_normalize,
+    _checked_bytes,
+    _fail,
+    _is_pretrained_folder,
+    _json_metadata,
+    _jsonable,
+    _load_checkpoint,
+    _plain_json,
+    _read_bytes,
+    _read_json,
+    _sha256,
+    _unknown_cell,
+    _write_text,
+    check_file_records,
+    check_folder,
+    cli_configs,
+    fingerprint,
+    match_state,
+    read_cli_config,
+    read_config_header,
+    read_weights,
+    resolve_dtype,
+    round_to_storage,
+    state_for_saving,
+    write_folder,
+)
 from .card import build_model_card, normalize_eval_results
 from .hf_tokenizer import hf_tokenizer_json
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "dsf-lightning"
-FORMAT_VERSION = 2  # 2: our tokenizer in dsf_tokenizer.json, tokenizer.json a tokenizers-library file
 READABLE_VERSIONS = (1, 2)  # 1: our tokenizer in tokenizer.json
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-VOCAB_FILE = "vocab.json"
-DSF_TOKENIZER_FILE = "dsf_tokenizer.json"
 HF_TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_FILE = DSF_TOKENIZER_FILE  # where this library's tokenizer lives in the current format
 LEGACY_TOKENIZER_FILE = HF_TOKENIZER_FILE  # where format version 1 kept it
-CARD_FILE = "README.md"
 CHECKSUMMED = (WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE)  # always present (format version 2)
 OPTIONAL_CHECKSUMMED = (HF_TOKENIZER_FILE,)  # present where exact; checked when config.json records it
 #: every file a model folder may hold: what a download fetches (allow_patterns) and a push uploads
 MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE, HF_TOKENIZER_FILE, CARD_FILE)
-STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
-#: what loading may cast the weights to (``dtype=`` of load_pretrained / from_pretrained)
-LOAD_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-FLOAT16_MAX = 65504.0
-MAX_JSON_BYTES = 256 * 1024 * 1024
 TIED = {"decoder.weight": "embedding.weight"}  # what tie_weights means in a RecurrentLM
-REDO = "re-export it (save_pretrained / `dsf export`) or download it again"
-HEADER_ALLOWANCE = 1 << 20  # bytes allowed for model.safetensors' header on top of its tensors
-
-
-class PretrainedFormatError(ValueError):
-    """A pretrained folder (or checkpoint) cannot be loaded; the message names the file and the fix."""
-
-
-class CheckpointError(PretrainedFormatError):
-    """A Lightning checkpoint cannot be turned into a pretrained model."""
 
 
 @dataclass
@@ -126,78 +149,11 @@ class Pretrained:
 
 
 # =============================================================================================== saving
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _write_text(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-
-
-def _plain_json(value: Any, what: str) -> Any:
-    """A deep copy of ``value`` through strict JSON (no NaN, no objects), or a ValueError naming it."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{what} must be plain JSON (dicts, lists, strings, finite numbers): {err}") from None
-
-
-def _shared_aliases(state: dict[str, torch.Tensor], parameters: set[str]) -> dict[str, str]:
-    """``{alias: canonical}`` for state-dict entries that are the very same tensor as another one
-    (the canonical name is a parameter's when one of them is a parameter)."""
-    seen: dict[tuple, str] = {}
-    aliases = {}
-    order = sorted(state, key=lambda name: name not in parameters)  # stable: parameters first
-    for name in order:
-        t = state[name]
-        if t.numel() == 0:
-            continue
-        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-        if key in seen:
-            aliases[name] = seen[key]
-        else:
-            seen[key] = name
-    return aliases
-
-
 def weights_for_saving(model: RecurrentLM, dtype: str = "float32") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors and safetensors metadata :func:`save_pretrained` writes for ``model``.
-
-    Tensors that share memory are stored once (``aliases`` metadata); with ``dtype="float16"`` every
-    floating-point *parameter* is stored in half precision (buffers keep their dtype), refusing values
-    beyond float16's range rather than writing infinities.
-    """
-    if dtype not in STORAGE_DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(STORAGE_DTYPES)}, got {dtype!r}")
-    state = model.state_dict()
-    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    aliases = _shared_aliases(state, parameters)
-    tensors = {}
-    for name, t in state.items():
-        if name in aliases:
-            continue
-        t = t.detach().to("cpu")
-        if t.is_floating_point() and not torch.isfinite(t).all():
-            raise ValueError(f"tensor {name!r} holds NaN or infinite values: refusing to save a broken model")
-        if dtype == "float16" and name in parameters and t.is_floating_point():
-            peak = float(t.abs().max()) if t.numel() else 0.0
-            if peak > FLOAT16_MAX:
-                raise ValueError(f"tensor {name!r} has values up to {peak:.4g}, beyond float16's {FLOAT16_MAX}: save with dtype='float32'")
-            t = t.to(torch.float16)
-        tensors[name] = t.contiguous()
-    metadata = {
-        "format": FORMAT,
-        "format_version": str(FORMAT_VERSION),
-        "dtype": dtype,
-        "aliases": json.dumps(aliases, sort_keys=True),
-        "tied_weights": json.dumps(TIED if model.config.tie_weights else {}, sort_keys=True),
-    }
-    return tensors, metadata
+    """The tensors and safetensors metadata :func:`save_pretrained` writes for ``model``
+    (:func:`~._folder.state_for_saving`: shared tensors stored once, float16 storage of the parameters;
+    ``decoder.weight`` recorded as tied to ``embedding.weight`` when ``tie_weights``)."""
+    return state_for_saving(model, dtype, TIED if model.config.tie_weights else {})
 
 
 def save_pretrained(
@@ -240,55 +196,30 @@ def save_pretrained(
     hf_tokenizer = hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab)
     build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)
 
-    def write(tmp: Path) -> None:
-        with open(tmp / WEIGHTS_FILE, "wb") as f:
-            f.write(_safetensors.serialize(tensors, metadata))
-        _write_text(tmp / VOCAB_FILE, pretrained.vocab.to_json())
-        _write_text(tmp / DSF_TOKENIZER_FILE, pretrained.tokenizer.to_json())
-        if hf_tokenizer is not None:
-            _write_text(tmp / HF_TOKENIZER_FILE, hf_tokenizer)
-        written = [name for name in (*CHECKSUMMED, *OPTIONAL_CHECKSUMMED) if (tmp / name).is_file()]
-        files = {name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size} for name in written}
-        config = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "library_version": __version__,
-            "torch_version": torch.__version__.split("+")[0],
-            "model": pretrained.model.config.to_dict(),
-            "info": info,
-            "weights": {"dtype": dtype, "tied_weights": json.loads(metadata["tied_weights"]), "aliases": json.loads(metadata["aliases"])},
-            "files": files,
-            # what the model was trained with: checked on load, so a swapped tokenizer.json / vocab.json is
-            # refused even when a forger rehashed "files" (issue 13 item 6)
-            **identity_records(pretrained.tokenizer, pretrained.vocab),
-            **({"normalize": normalize} if normalize else {}),  # the text normalizer (absent: none)
-        }
-        _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *written)}
-        card = build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name)
-        _write_text(tmp / CARD_FILE, str(card))
+    texts = {VOCAB_FILE: pretrained.vocab.to_json(), DSF_TOKENIZER_FILE: pretrained.tokenizer.to_json()}
+    if hf_tokenizer is not None:
+        texts[HF_TOKENIZER_FILE] = hf_tokenizer
+    config = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "task": LANGUAGE_MODEL,
+        "library_version": __version__,
+        "torch_version": torch.__version__.split("+")[0],
+        "model": pretrained.model.config.to_dict(),
+        "info": info,
+        "weights": {"dtype": dtype, "tied_weights": json.loads(metadata["tied_weights"]), "aliases": json.loads(metadata["aliases"])},
+        "files": None,  # filled in by write_folder: the sha256 and size of every file above
+        # what the model was trained with: checked on load, so a swapped tokenizer.json / vocab.json is
+        # refused even when a forger rehashed "files" (issue 13 item 6)
+        **identity_records(pretrained.tokenizer, pretrained.vocab),
+        **({"normalize": normalize} if normalize else {}),  # the text normalizer (absent: none)
+    }
 
-    path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
-    logger.info("saved %s (%s weights)", path, dtype)
-    return path
+    def card_for(sizes: dict[str, int]) -> str:
+        return str(build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name))
 
-
-def _check_normalize(name) -> str | None:
-    """A normalizer name to record (None for ``"none"`` or None); an unknown one is a ValueError."""
-    from ..data.normalize import NormalizerError, get_normalizer
-
-    try:
-        normalizer = get_normalizer(name)
-    except NormalizerError as err:
-        raise ValueError(f"Pretrained.normalize: {err}") from None
-    return normalizer.name if normalizer is not None else None
-
-
-def fingerprint(document: dict) -> str:
-    """sha256 of a canonical JSON rendering of ``document`` (a tokenizer's or vocabulary's ``to_dict()``):
-    the same content gives the same fingerprint however its file is formatted."""
-    text = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # _write_text is looked up here, at call time (tests replace it to fail or die mid-save)
+    return write_folder(folder, tensors, metadata, texts, config, card_for, write_text=_write_text)
 
 
 def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
@@ -300,73 +231,13 @@ def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
     }
 
 
-def _is_pretrained_folder(folder: Path) -> bool:
-    """True when ``folder`` looks like a (possibly broken) dsf-lightning folder that may be replaced."""
-    try:
-        head = (folder / CONFIG_FILE).read_bytes()[:4096]
-    except OSError:
-        return False
-    return b'"dsf-lightning"' in head and b'"format"' in head
-
-
 # =============================================================================================== loading
-def _fail(path: Path, problem: str, fix: str = REDO) -> PretrainedFormatError:
-    return PretrainedFormatError(f"{path}: {problem}; {fix}")
-
-
-def _read_bytes(path: Path, limit: int | None = None) -> bytes:
-    if not path.is_file():
-        raise _fail(path, "missing file" if not path.exists() else "not a regular file",
-                    f"a dsf-lightning model folder holds {CONFIG_FILE}, {WEIGHTS_FILE}, {VOCAB_FILE} and {DSF_TOKENIZER_FILE}; {REDO}")
-    size = path.stat().st_size
-    if limit is not None and size > limit:
-        raise _fail(path, f"{size:,} bytes is far larger than such a file can be (limit {limit:,})")
-    try:
-        with open(path, "rb") as f:  # never more than the limit, even if the file grows meanwhile
-            data = f.read() if limit is None else f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
-    except OSError as err:
-        raise _fail(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
-    if limit is not None and len(data) > limit:
-        raise _fail(path, f"grew past {limit:,} bytes while it was being read")
-    return data
-
-
-def _read_json(path: Path) -> Any:
-    """A JSON file, bounded (depth, integer sizes, no NaN: :func:`loads_bounded`); errors name the file
-    and the place in it (e.g. ``model.vocab_size``), never a RecursionError."""
-    data = _read_bytes(path, MAX_JSON_BYTES)
-    try:
-        return loads_bounded(data.decode("utf-8"))
-    except (UnicodeDecodeError, JSONLimitError) as err:
-        if _safetensors._sniff_pickle(data):
-            raise _fail(path, "is a binary pickle / zip file, not JSON (refused: nothing was unpickled)") from None
-        if isinstance(err, JSONLimitError):
-            raise _fail(path, str(err).removeprefix("it ")) from None
-        raise _fail(path, f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
-
-
 def _read_config(folder: Path) -> dict:
+    """config.json of a language-model folder: :func:`~._folder.read_config_header`, then the model
+    configuration, its cell, and the checksum records of the files it needs."""
     path = folder / CONFIG_FILE
-    config = _read_json(path)
-    if not isinstance(config, dict):
-        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
-    if config.get("format") != FORMAT:
-        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
-                    "load it with the library that wrote it")
-    version = config.get("format_version")
-    if type(version) is not int:
-        raise _fail(path, f"format_version must be an integer, got {version!r}")
-    if version not in READABLE_VERSIONS:
-        written = config.get("library_version", "an unknown version")
-        if version > FORMAT_VERSION:
-            raise _fail(path, f"format_version {version} is newer than this dsf-lightning {__version__} reads "
-                        f"(version {FORMAT_VERSION}); it was written by dsf-lightning {written}",
-                        "upgrade: pip install -U dsf-lightning")
-        raise _fail(path, f"format_version {version} is no longer supported (this library reads {READABLE_VERSIONS})",
-                    f"load it with dsf-lightning {written} and save it again with this version")
-    for key, kind in (("model", dict), ("info", dict), ("weights", dict), ("files", dict)):
-        if not isinstance(config.get(key), kind):
-            raise _fail(path, f"{key!r} is missing or not a JSON object")
+    config = read_config_header(folder, LANGUAGE_MODEL, READABLE_VERSIONS)
+    version = config["format_version"]
     try:
         config["model_config"] = LMConfig.from_dict(config["model"])
     except (ModelConfigError, TypeError, ValueError) as err:
@@ -375,36 +246,11 @@ def _read_config(folder: Path) -> dict:
         get_cell(config["model_config"].cell)
     except UnknownCellError:
         raise _unknown_cell(path, config["model_config"].cell) from None
-    dtype = config["weights"].get("dtype")
-    if dtype not in STORAGE_DTYPES:
-        raise _fail(path, f"weights.dtype is {dtype!r}, not one of {sorted(STORAGE_DTYPES)}")
     config["tokenizer_file"] = tokenizer_file = DSF_TOKENIZER_FILE if version >= 2 else LEGACY_TOKENIZER_FILE
     required = (WEIGHTS_FILE, VOCAB_FILE, tokenizer_file)
     optional = OPTIONAL_CHECKSUMMED if version >= 2 else ()
-    for name in (*required, *(n for n in optional if n in config["files"])):
-        record = config["files"].get(name)
-        if not (isinstance(record, dict) and isinstance(record.get("sha256"), str) and type(record.get("size")) is int):
-            raise _fail(path, f"files[{name!r}] must record the file's sha256 and size")
+    check_file_records(path, config, (*required, *(n for n in optional if n in config["files"])))
     return config
-
-
-def _weights_bound(folder: Path, config: dict, expected: dict[str, torch.Tensor], lm_config: LMConfig) -> int:
-    """The most bytes model.safetensors can hold for the model config.json describes (every tensor of
-    its state dict in its own dtype, none shared, plus :data:`HEADER_ALLOWANCE`), checked against the
-    file's size on disk before anything is read: a forged (e.g. sparse multi-GB) file is refused
-    without allocating its size."""
-    path = folder / WEIGHTS_FILE
-    bound = HEADER_ALLOWANCE + sum(t.numel() * t.element_size() for t in expected.values())
-    if path.is_file():
-        size = path.stat().st_size
-        recorded = config["files"][WEIGHTS_FILE]["size"]
-        if size != recorded:
-            hint = " (truncated: an interrupted download or copy?)" if size < recorded else ""
-            raise _fail(path, f"has {size:,} bytes but {CONFIG_FILE} records {recorded:,}{hint}")
-        if size > bound:
-            raise _fail(path, f"has {size:,} bytes, but the model {CONFIG_FILE} describes ({_describe(lm_config)}) "
-                        f"stores at most {bound:,}: these are not its weights (forged or corrupted)")
-    return bound
 
 
 def _check_identity(folder: Path, config: dict, tokenizer: Tokenizer, vocab: Vocabulary) -> None:
@@ -461,29 +307,6 @@ def _producible(tokenizer: Tokenizer, vocab: Vocabulary, sample: int = 2000) -> 
     return made, len(symbols)
 
 
-def _checked_bytes(folder: Path, name: str, config: dict, limit: int | None = None) -> bytes:
-    path = folder / name
-    data = _read_bytes(path, limit)
-    record = config["files"][name]
-    if len(data) != record["size"]:
-        hint = " (truncated: an interrupted download or copy?)" if len(data) < record["size"] else ""
-        raise _fail(path, f"has {len(data):,} bytes but {CONFIG_FILE} records {record['size']:,}{hint}")
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != record["sha256"]:
-        raise _fail(path, f"sha256 {digest[:16]}... does not match {CONFIG_FILE}'s {record['sha256'][:16]}...: "
-                    "the file is corrupted or was replaced")
-    return data
-
-
-CELL_FIX = ("install the package that provides that cell (entry point group 'dsf_lightning.cells'), upgrade "
-            "dsf-lightning (pip install -U dsf-lightning), or correct the cell name")
-
-
-def _unknown_cell(source: Path, name: object) -> PretrainedFormatError:
-    return _fail(source, f"model.cell {name!r} is not a cell this installation knows (known cells: {', '.join(list_cells())})",
-                 CELL_FIX)
-
-
 def _expected_state(
     config: LMConfig,
     source: Path,
@@ -507,83 +330,6 @@ def _describe(config: LMConfig) -> str:
             f"vocab_size={config.vocab_size}, tie_weights={config.tie_weights}")
 
 
-def match_state(
-    tensors: dict[str, torch.Tensor],
-    aliases: dict[str, str],
-    expected: dict[str, torch.Tensor],
-    config: LMConfig,
-    source: str,
-    *,
-    described_by: str = CONFIG_FILE,
-    error: type[PretrainedFormatError] = PretrainedFormatError,
-    fix: str = REDO,
-) -> dict[str, torch.Tensor]:
-    """Check ``tensors`` (+ ``aliases``) against the state dict of the model ``config`` describes and
-    return the state dict to load (floating tensors cast to the model's dtypes). Raises ``error``
-    naming ``source`` for a missing, extra, misshapen, wrongly typed or non-finite tensor."""
-    bad_alias = {a: t for a, t in aliases.items() if t not in tensors}
-    if bad_alias:
-        raise error(f"{source}: aliases {bad_alias} point at tensors the file does not hold; {fix}")
-    available = {**tensors, **{a: tensors[t] for a, t in aliases.items()}}
-    missing = [k for k in expected if k not in available]
-    extra = [k for k in available if k not in expected]
-    problems = []
-    if missing:
-        problems.append(f"missing tensor(s) {missing[:10]}{' ...' if len(missing) > 10 else ''}")
-    if extra:
-        problems.append(f"unexpected tensor(s) {extra[:10]}{' ...' if len(extra) > 10 else ''}")
-    if problems:
-        raise error(
-            f"{source}: {' and '.join(problems)} for the model {described_by} describes ({_describe(config)}); "
-            f"the weights and {described_by} do not belong together; {fix}"
-        )
-    state = {}
-    for name, want in expected.items():
-        got = available[name]
-        if tuple(got.shape) != tuple(want.shape):
-            raise error(
-                f"{source}: tensor {name!r} has shape {list(got.shape)} but {described_by} ({_describe(config)}) "
-                f"implies {list(want.shape)}; the weights and {described_by} do not belong together; {fix}"
-            )
-        if want.is_floating_point():
-            if not got.is_floating_point():
-                raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected a floating type; {fix}")
-            if not torch.isfinite(got).all():
-                raise error(f"{source}: tensor {name!r} holds NaN or infinite values: the weights are corrupted; {fix}")
-            got = got.to(want.dtype)
-        elif got.dtype != want.dtype:
-            raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected {want.dtype}; {fix}")
-        state[name] = got
-    return state
-
-
-def _json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:
-    try:
-        value = loads_bounded(meta.get(key, "{}"))
-    except JSONLimitError as err:
-        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names ({err})") from None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names")
-    return value
-
-
-def resolve_dtype(dtype) -> torch.dtype | None:
-    """``dtype`` of the loading functions: None, a torch dtype or its name (``torch.bfloat16``,
-    ``"bfloat16"``, ``"torch.bfloat16"``), one of :data:`LOAD_DTYPES`."""
-    if dtype is None:
-        return None
-    choices = "torch.float16, torch.bfloat16 or torch.float32 (or the names 'float16', 'bfloat16', 'float32')"
-    if isinstance(dtype, torch.dtype):
-        name = str(dtype).removeprefix("torch.")
-    elif isinstance(dtype, str):
-        name = dtype.strip().removeprefix("torch.")
-    else:
-        raise TypeError(f"dtype must be {choices}, got {dtype!r} ({type(dtype).__name__})")
-    if name not in LOAD_DTYPES:
-        raise ValueError(f"dtype must be {choices}, got {dtype!r}")
-    return LOAD_DTYPES[name]
-
-
 def load_pretrained(folder, *, dtype=None) -> Pretrained:
     """Read a folder written by :func:`save_pretrained` strictly (see the module docstring).
 
@@ -592,12 +338,7 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     :class:`PretrainedFormatError`.
     """
     dtype = resolve_dtype(dtype)
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        leftovers = [p for p in _atomic.interrupted_leftovers(folder) if p.name.startswith(f".{folder.name}.old-")]
-        hint = (f"an interrupted save left the previous version at {leftovers[0]}; rename it to {folder.name}"
-                if leftovers else "give the folder that holds config.json and model.safetensors")
-        raise PretrainedFormatError(f"{folder}: {'no such folder' if not folder.exists() else 'not a folder'}; {hint}")
+    folder = check_folder(folder)
     config = _read_config(folder)
     lm_config: LMConfig = config["model_config"]
 
@@ -627,20 +368,11 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
 
     # the model config.json describes, built before the weights are read: its tensors bound the file's size
     model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
-    data = _checked_bytes(folder, WEIGHTS_FILE, config, _weights_bound(folder, config, expected, lm_config))
-    try:
-        tensors, meta = _safetensors.parse(data)
-    except _safetensors.SafetensorsFormatError as err:
-        raise _fail(weights_path, f"is not a valid safetensors file: {err}") from None
-    if meta.get("format") != FORMAT:
-        raise _fail(weights_path, f"metadata format is {meta.get('format')!r}, not {FORMAT!r}: not written by save_pretrained")
-    if meta.get("dtype") != config["weights"]["dtype"]:
-        raise _fail(weights_path, f"metadata dtype {meta.get('dtype')!r} differs from {CONFIG_FILE}'s {config['weights']['dtype']!r}")
+    tensors, meta, aliases = read_weights(folder, config, expected, _describe(lm_config))
     tied = _json_metadata(meta, "tied_weights", weights_path)
     if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
         raise _fail(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
-    aliases = _json_metadata(meta, "aliases", weights_path)
-    state = match_state(tensors, aliases, expected, lm_config, str(weights_path))
+    state = match_state(tensors, aliases, expected, _describe(lm_config), str(weights_path))
     model.load_state_dict(state, strict=True)
     model.eval()
     if dtype is not None:
@@ -653,31 +385,6 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
 
 
 # =============================================================================================== checkpoints
-def _load_checkpoint(path: Path) -> dict:
-    """``torch.load(weights_only=True)``: tensors, numbers, strings and plain containers only."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
-        what = found.group(0).strip() if found else str(err).splitlines()[0]
-        raise CheckpointError(
-            f"{path}: holds Python objects that safe (weights_only) loading refuses ({what}); dsf-lightning never "
-            "unpickles arbitrary objects. If you trust the file and the type is harmless, allow it with "
-            "torch.serialization.add_safe_globals([...]) and retry"
-        ) from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: not a readable PyTorch Lightning checkpoint ({first}); is the file complete?") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
-        keys = sorted(ckpt)[:10] if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise CheckpointError(
-            f"{path}: not a LanguageModelModule checkpoint (needs 'state_dict' and 'hyper_parameters', found {keys})"
-        )
-    return ckpt
-
-
 def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
     if not isinstance(hparams, dict):
         raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
@@ -697,36 +404,17 @@ def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
 
 
 def _cli_data_config(path: Path) -> dict:
-    """The ``data`` section of a LightningCLI ``config.yaml`` beside the checkpoint (or one/two levels up)."""
-    import yaml
-
-    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
-        candidate = folder / "config.yaml"
-        if candidate.is_file():
-            try:
-                data = yaml.safe_load(candidate.read_text(encoding="utf-8")) or {}
-            except (yaml.YAMLError, OSError, UnicodeDecodeError) as err:
-                logger.warning("ignoring %s: %s", candidate, err)
-                continue
-            section = data.get("data") if isinstance(data, dict) else None
-            if isinstance(section, dict):
-                section = section.get("init_args", section)
-                if isinstance(section, dict) and section.get("corpus"):
-                    logger.info("corpus settings from %s", candidate)
-                    return dict(section, _source=str(candidate))
+    """The ``data`` section of the LightningCLI ``config.yaml`` of the run that wrote checkpoint ``path``
+    (:func:`~._folder.cli_configs`: beside it, one or two levels up, or in its logger's version folder)."""
+    for candidate in cli_configs(path):
+        data = read_cli_config(candidate) or {}
+        section = data.get("data")
+        if isinstance(section, dict):
+            section = section.get("init_args", section)
+            if isinstance(section, dict) and section.get("corpus"):
+                logger.info("corpus settings from %s", candidate)
+                return dict(section, _source=str(candidate))
     return {}
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Tokenizer):
-        return value.to_dict()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
-        return value
-    return str(value)
 
 
 def pretrained_from_checkpoint(
@@ -757,7 +445,7 @@ def pretrained_from_checkpoint(
         fix="was the checkpoint written by LanguageModelModule, with a cell and options this installation provides?"
     )
     checked = match_state(
-        state, {}, expected, config, f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
+        state, {}, expected, _describe(config), f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
         fix="was the checkpoint written by LanguageModelModule with these settings?",
     )
     model.load_state_dict(checked, strict=True)
@@ -850,9 +538,7 @@ def export_checkpoint(
     if evaluate:
         from ..evaluation import evaluate_on_corpus
 
-        with torch.no_grad():  # evaluate the weights the folder will hold
-            for p in pretrained.model.parameters():
-                p.copy_(p.to(STORAGE_DTYPES[dtype]).float())
+        round_to_storage(pretrained.model, dtype)  # evaluate the weights the folder will hold
         results, metrics = evaluate_on_corpus(
             pretrained, pretrained.info["corpus"], evaluate, data_root=data_root, corpus_options=corpus_options
         )

@@ -1,0 +1,541 @@
+"""What every model folder shares, whatever it holds (a language model, :mod:`.format`; a text classifier,
+:mod:`.classifier`): the file names, the ``task`` that tells the kinds apart, checksums, bounded reading,
+the atomic write, weights in strict safetensors (float16 storage, shared tensors stored once) and the strict
+match of stored tensors against the model config.json describes.
+
+``config.json``'s ``task`` names what the folder holds: ``"language-model"`` (also every folder written
+before the field existed) or ``"text-classification"``. Each loader refuses the other kind with
+:class:`WrongTaskError`, whose message names the loader to use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+from .._json import JSONLimitError, loads_bounded
+from . import _atomic, _safetensors
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "dsf-lightning"
+FORMAT_VERSION = 2  # 2: our tokenizer in dsf_tokenizer.json, tokenizer.json a tokenizers-library file
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+VOCAB_FILE = "vocab.json"
+DSF_TOKENIZER_FILE = "dsf_tokenizer.json"
+CARD_FILE = "README.md"
+STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+#: what loading may cast the weights to (``dtype=`` of the loaders / from_pretrained)
+LOAD_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+FLOAT16_MAX = 65504.0
+MAX_JSON_BYTES = 256 * 1024 * 1024
+REDO = "re-export it (save_pretrained / `dsf export`) or download it again"
+HEADER_ALLOWANCE = 1 << 20  # bytes allowed for model.safetensors' header on top of its tensors
+
+LANGUAGE_MODEL = "language-model"
+TEXT_CLASSIFICATION = "text-classification"
+TASKS = (LANGUAGE_MODEL, TEXT_CLASSIFICATION)
+AUTO = "auto"  # the loaders' ``task=``: whatever the folder holds
+TASK_NAMES = {LANGUAGE_MODEL: "language model", TEXT_CLASSIFICATION: "text classifier"}
+#: how to load each kind (named in WrongTaskError)
+LOADERS = {
+    LANGUAGE_MODEL: "dsf_lightning.from_pretrained(...) (a Scorer), RecurrentLM.from_pretrained(...) or `dsf score --model ...`",
+    TEXT_CLASSIFICATION: "dsf_lightning.from_pretrained(...) (a TextClassifier), "
+    "dsf_lightning.tasks.SequenceClassifier.from_pretrained(...) or `dsf classify --model ...`",
+}
+
+
+class PretrainedFormatError(ValueError):
+    """A pretrained folder (or checkpoint) cannot be loaded; the message names the file and the fix."""
+
+
+class CheckpointError(PretrainedFormatError):
+    """A Lightning checkpoint cannot be turned into a pretrained model."""
+
+
+class WrongTaskError(PretrainedFormatError):
+    """The folder holds another kind of model than the loader reads (the message names the right loader)."""
+
+
+# =============================================================================================== helpers
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def _plain_json(value: Any, what: str) -> Any:
+    """A deep copy of ``value`` through strict JSON (no NaN, no objects), or a ValueError naming it."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} must be plain JSON (dicts, lists, strings, finite numbers): {err}") from None
+
+
+def fingerprint(document: Any) -> str:
+    """sha256 of a canonical JSON rendering of ``document`` (a tokenizer's or vocabulary's ``to_dict()``):
+    the same content gives the same fingerprint however its file is formatted."""
+    text = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_normalize(name, what: str = "Pretrained.normalize") -> str | None:
+    """A normalizer name to record (None for ``"none"`` or None); an unknown one is a ValueError."""
+    from ..data.normalize import NormalizerError, get_normalizer
+
+    try:
+        normalizer = get_normalizer(name)
+    except NormalizerError as err:
+        raise ValueError(f"{what}: {err}") from None
+    return normalizer.name if normalizer is not None else None
+
+
+def _is_pretrained_folder(folder: Path) -> bool:
+    """True when ``folder`` looks like a (possibly broken) dsf-lightning folder that may be replaced."""
+    try:
+        head = (folder / CONFIG_FILE).read_bytes()[:4096]
+    except OSError:
+        return False
+    return b'"dsf-lightning"' in head and b'"format"' in head
+
+
+CELL_FIX = ("install the package that provides that cell (entry point group 'dsf_lightning.cells'), upgrade "
+            "dsf-lightning (pip install -U dsf-lightning), or correct the cell name")
+
+
+def _unknown_cell(source: Path, name: object) -> PretrainedFormatError:
+    from ..cells import list_cells
+
+    return _fail(source, f"model.cell {name!r} is not a cell this installation knows (known cells: {', '.join(list_cells())})",
+                 CELL_FIX)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as plain JSON: objects with ``to_dict()`` (tokenizers) as their dict, others as their str."""
+    if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return str(value)
+
+
+# =============================================================================================== saving
+def _shared_aliases(state: dict[str, torch.Tensor], parameters: set[str]) -> dict[str, str]:
+    """``{alias: canonical}`` for state-dict entries that are the very same tensor as another one
+    (the canonical name is a parameter's when one of them is a parameter)."""
+    seen: dict[tuple, str] = {}
+    aliases = {}
+    order = sorted(state, key=lambda name: name not in parameters)  # stable: parameters first
+    for name in order:
+        t = state[name]
+        if t.numel() == 0:
+            continue
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+    return aliases
+
+
+def state_for_saving(
+    model: torch.nn.Module, dtype: str = "float32", tied: dict[str, str] | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors and safetensors metadata a folder stores for ``model``.
+
+    Tensors that share memory are stored once (``aliases`` metadata; ``tied``: what the model's config calls
+    tied, recorded as ``tied_weights``); with ``dtype="float16"`` every floating-point *parameter* is stored in
+    half precision (buffers keep their dtype), refusing values beyond float16's range rather than writing
+    infinities.
+    """
+    if dtype not in STORAGE_DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(STORAGE_DTYPES)}, got {dtype!r}")
+    state = model.state_dict()
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    aliases = _shared_aliases(state, parameters)
+    tensors = {}
+    for name, t in state.items():
+        if name in aliases:
+            continue
+        t = t.detach().to("cpu")
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise ValueError(f"tensor {name!r} holds NaN or infinite values: refusing to save a broken model")
+        if dtype == "float16" and name in parameters and t.is_floating_point():
+            peak = float(t.abs().max()) if t.numel() else 0.0
+            if peak > FLOAT16_MAX:
+                raise ValueError(f"tensor {name!r} has values up to {peak:.4g}, beyond float16's {FLOAT16_MAX}: save with dtype='float32'")
+            t = t.to(torch.float16)
+        tensors[name] = t.contiguous()
+    metadata = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "dtype": dtype,
+        "aliases": json.dumps(aliases, sort_keys=True),
+        "tied_weights": json.dumps(tied or {}, sort_keys=True),
+    }
+    return tensors, metadata
+
+
+def round_to_storage(model: torch.nn.Module, dtype: str) -> None:
+    """Round ``model``'s parameters to the storage ``dtype`` in place (``--evaluate`` measures the weights
+    exactly as the folder will hold them)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(STORAGE_DTYPES[dtype]).to(p.dtype))
+
+
+def write_folder(
+    folder: Path,
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, str],
+    texts: dict[str, str],
+    config: dict,
+    card_for: Callable[[dict[str, int]], str],
+    *,
+    write_text: Callable[[Path, str], None] = _write_text,
+) -> Path:
+    """Write a model folder atomically (:mod:`._atomic`): ``model.safetensors``, the ``texts`` files, then
+    ``config.json`` (``config`` with ``files``: every file above with its sha256 and size; a ``files`` key
+    already in ``config`` keeps its place) and ``README.md`` (``card_for(sizes of the files)``)."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp / WEIGHTS_FILE, "wb") as f:
+            f.write(_safetensors.serialize(tensors, metadata))
+        for name, text in texts.items():
+            write_text(tmp / name, text)
+        written = [WEIGHTS_FILE, *texts]
+        full = dict(config)
+        full["files"] = {name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size} for name in written}
+        write_text(tmp / CONFIG_FILE, json.dumps(full, indent=2, ensure_ascii=False) + "\n")
+        sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *written)}
+        write_text(tmp / CARD_FILE, card_for(sizes))
+
+    path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
+    logger.info("saved %s (%s weights)", path, metadata.get("dtype"))
+    return path
+
+
+# =============================================================================================== loading
+def _fail(path: Path, problem: str, fix: str = REDO) -> PretrainedFormatError:
+    return PretrainedFormatError(f"{path}: {problem}; {fix}")
+
+
+def _read_bytes(path: Path, limit: int | None = None) -> bytes:
+    if not path.is_file():
+        raise _fail(path, "missing file" if not path.exists() else "not a regular file",
+                    f"a dsf-lightning model folder holds {CONFIG_FILE}, {WEIGHTS_FILE}, {VOCAB_FILE} and {DSF_TOKENIZER_FILE}; {REDO}")
+    size = path.stat().st_size
+    if limit is not None and size > limit:
+        raise _fail(path, f"{size:,} bytes is far larger than such a file can be (limit {limit:,})")
+    try:
+        with open(path, "rb") as f:  # never more than the limit, even if the file grows meanwhile
+            data = f.read() if limit is None else f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
+    except OSError as err:
+        raise _fail(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
+    if limit is not None and len(data) > limit:
+        raise _fail(path, f"grew past {limit:,} bytes while it was being read")
+    return data
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file, bounded (depth, integer sizes, no NaN: :func:`loads_bounded`); errors name the file
+    and the place in it (e.g. ``model.vocab_size``), never a RecursionError."""
+    data = _read_bytes(path, MAX_JSON_BYTES)
+    try:
+        return loads_bounded(data.decode("utf-8"))
+    except (UnicodeDecodeError, JSONLimitError) as err:
+        if _safetensors._sniff_pickle(data):
+            raise _fail(path, "is a binary pickle / zip file, not JSON (refused: nothing was unpickled)") from None
+        if isinstance(err, JSONLimitError):
+            raise _fail(path, str(err).removeprefix("it ")) from None
+        raise _fail(path, f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def _task_of(config: dict, path: Path) -> str:
+    task = config.get("task", LANGUAGE_MODEL)  # folders written before the field held language models
+    if task not in TASKS:
+        raise _fail(path, f"task {task!r:.80} is not a kind of model this installation reads (known: {', '.join(TASKS)})",
+                    "upgrade dsf-lightning (pip install -U dsf-lightning) or load it with the library that wrote it")
+    return task
+
+
+def read_config_header(folder: Path, task: str, readable_versions: Iterable[int] = (FORMAT_VERSION,)) -> dict:
+    """config.json of ``folder`` with what every kind shares checked: a JSON object of this format, holding a
+    ``task`` model (else :class:`WrongTaskError` naming the loader to use), of a readable version, with the
+    ``model`` / ``info`` / ``weights`` / ``files`` objects and a known storage dtype."""
+    from .. import __version__
+
+    path = folder / CONFIG_FILE
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
+    if config.get("format") != FORMAT:
+        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
+                    "load it with the library that wrote it")
+    found = _task_of(config, path)
+    if found != task:
+        raise WrongTaskError(
+            f"{folder}: holds a {TASK_NAMES[found]} ({CONFIG_FILE} task {found!r}), not a {TASK_NAMES[task]}: "
+            f"load it with {LOADERS[found]}"
+        )
+    version = config.get("format_version")
+    readable = tuple(readable_versions)
+    if type(version) is not int:
+        raise _fail(path, f"format_version must be an integer, got {version!r}")
+    if version not in readable:
+        written = config.get("library_version", "an unknown version")
+        if version > FORMAT_VERSION:
+            raise _fail(path, f"format_version {version} is newer than this dsf-lightning {__version__} reads "
+                        f"(version {FORMAT_VERSION}); it was written by dsf-lightning {written}",
+                        "upgrade: pip install -U dsf-lightning")
+        raise _fail(path, f"format_version {version} is no longer supported (this library reads {readable})",
+                    f"load it with dsf-lightning {written} and save it again with this version")
+    for key in ("model", "info", "weights", "files"):
+        if not isinstance(config.get(key), dict):
+            raise _fail(path, f"{key!r} is missing or not a JSON object")
+    dtype = config["weights"].get("dtype")
+    if dtype not in STORAGE_DTYPES:
+        raise _fail(path, f"weights.dtype is {dtype!r}, not one of {sorted(STORAGE_DTYPES)}")
+    return config
+
+
+def folder_task(folder: Path) -> str:
+    """The ``task`` of the model folder ``folder`` (read from its config.json, bounded; a folder without
+    the field holds a language model)."""
+    path = Path(folder) / CONFIG_FILE
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
+    if config.get("format") != FORMAT:
+        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
+                    "load it with the library that wrote it")
+    return _task_of(config, path)
+
+
+def check_file_records(path: Path, config: dict, names: Iterable[str]) -> None:
+    """Every file of ``names`` has a sha256 and size record in config.json's ``files``."""
+    for name in names:
+        record = config["files"].get(name)
+        if not (isinstance(record, dict) and isinstance(record.get("sha256"), str) and type(record.get("size")) is int):
+            raise _fail(path, f"files[{name!r}] must record the file's sha256 and size")
+
+
+def _checked_bytes(folder: Path, name: str, config: dict, limit: int | None = None) -> bytes:
+    path = folder / name
+    data = _read_bytes(path, limit)
+    record = config["files"][name]
+    if len(data) != record["size"]:
+        hint = " (truncated: an interrupted download or copy?)" if len(data) < record["size"] else ""
+        raise _fail(path, f"has {len(data):,} bytes but {CONFIG_FILE} records {record['size']:,}{hint}")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != record["sha256"]:
+        raise _fail(path, f"sha256 {digest[:16]}... does not match {CONFIG_FILE}'s {record['sha256'][:16]}...: "
+                    "the file is corrupted or was replaced")
+    return data
+
+
+def weights_bound(folder: Path, config: dict, expected: dict[str, torch.Tensor], described: str) -> int:
+    """The most bytes model.safetensors can hold for the model config.json describes (every tensor of
+    its state dict in its own dtype, none shared, plus :data:`HEADER_ALLOWANCE`), checked against the
+    file's size on disk before anything is read: a forged (e.g. sparse multi-GB) file is refused
+    without allocating its size."""
+    path = folder / WEIGHTS_FILE
+    bound = HEADER_ALLOWANCE + sum(t.numel() * t.element_size() for t in expected.values())
+    if path.is_file():
+        size = path.stat().st_size
+        recorded = config["files"][WEIGHTS_FILE]["size"]
+        if size != recorded:
+            hint = " (truncated: an interrupted download or copy?)" if size < recorded else ""
+            raise _fail(path, f"has {size:,} bytes but {CONFIG_FILE} records {recorded:,}{hint}")
+        if size > bound:
+            raise _fail(path, f"has {size:,} bytes, but the model {CONFIG_FILE} describes ({described}) "
+                        f"stores at most {bound:,}: these are not its weights (forged or corrupted)")
+    return bound
+
+
+def read_weights(folder: Path, config: dict, expected: dict[str, torch.Tensor], described: str) -> tuple[dict, dict, dict]:
+    """``(tensors, metadata, aliases)`` of model.safetensors: its size bounded by the model config.json
+    describes, its checksum checked, its layout validated before any tensor is made, written by this
+    library in the dtype config.json records."""
+    path = folder / WEIGHTS_FILE
+    data = _checked_bytes(folder, WEIGHTS_FILE, config, weights_bound(folder, config, expected, described))
+    try:
+        tensors, meta = _safetensors.parse(data)
+    except _safetensors.SafetensorsFormatError as err:
+        raise _fail(path, f"is not a valid safetensors file: {err}") from None
+    if meta.get("format") != FORMAT:
+        raise _fail(path, f"metadata format is {meta.get('format')!r}, not {FORMAT!r}: not written by save_pretrained")
+    if meta.get("dtype") != config["weights"]["dtype"]:
+        raise _fail(path, f"metadata dtype {meta.get('dtype')!r} differs from {CONFIG_FILE}'s {config['weights']['dtype']!r}")
+    return tensors, meta, _json_metadata(meta, "aliases", path)
+
+
+def match_state(
+    tensors: dict[str, torch.Tensor],
+    aliases: dict[str, str],
+    expected: dict[str, torch.Tensor],
+    described: str,
+    source: str,
+    *,
+    described_by: str = CONFIG_FILE,
+    error: type[PretrainedFormatError] = PretrainedFormatError,
+    fix: str = REDO,
+) -> dict[str, torch.Tensor]:
+    """Check ``tensors`` (+ ``aliases``) against the state dict of the model ``described`` and return the
+    state dict to load (floating tensors cast to the model's dtypes). Raises ``error`` naming ``source`` for
+    a missing, extra, misshapen, wrongly typed or non-finite tensor."""
+    bad_alias = {a: t for a, t in aliases.items() if t not in tensors}
+    if bad_alias:
+        raise error(f"{source}: aliases {bad_alias} point at tensors the file does not hold; {fix}")
+    available = {**tensors, **{a: tensors[t] for a, t in aliases.items()}}
+    missing = [k for k in expected if k not in available]
+    extra = [k for k in available if k not in expected]
+    problems = []
+    if missing:
+        problems.append(f"missing tensor(s) {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+    if extra:
+        problems.append(f"unexpected tensor(s) {extra[:10]}{' ...' if len(extra) > 10 else ''}")
+    if problems:
+        raise error(
+            f"{source}: {' and '.join(problems)} for the model {described_by} describes ({described}); "
+            f"the weights and {described_by} do not belong together; {fix}"
+        )
+    state = {}
+    for name, want in expected.items():
+        got = available[name]
+        if tuple(got.shape) != tuple(want.shape):
+            raise error(
+                f"{source}: tensor {name!r} has shape {list(got.shape)} but {described_by} ({described}) "
+                f"implies {list(want.shape)}; the weights and {described_by} do not belong together; {fix}"
+            )
+        if want.is_floating_point():
+            if not got.is_floating_point():
+                raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected a floating type; {fix}")
+            if not torch.isfinite(got).all():
+                raise error(f"{source}: tensor {name!r} holds NaN or infinite values: the weights are corrupted; {fix}")
+            got = got.to(want.dtype)
+        elif got.dtype != want.dtype:
+            raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected {want.dtype}; {fix}")
+        state[name] = got
+    return state
+
+
+def _json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:
+    try:
+        value = loads_bounded(meta.get(key, "{}"))
+    except JSONLimitError as err:
+        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names ({err})") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names")
+    return value
+
+
+def resolve_dtype(dtype) -> torch.dtype | None:
+    """``dtype`` of the loading functions: None, a torch dtype or its name (``torch.bfloat16``,
+    ``"bfloat16"``, ``"torch.bfloat16"``), one of :data:`LOAD_DTYPES`."""
+    if dtype is None:
+        return None
+    choices = "torch.float16, torch.bfloat16 or torch.float32 (or the names 'float16', 'bfloat16', 'float32')"
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, str):
+        name = dtype.strip().removeprefix("torch.")
+    else:
+        raise TypeError(f"dtype must be {choices}, got {dtype!r} ({type(dtype).__name__})")
+    if name not in LOAD_DTYPES:
+        raise ValueError(f"dtype must be {choices}, got {dtype!r}")
+    return LOAD_DTYPES[name]
+
+
+def check_folder(folder) -> Path:
+    """``folder`` as a Path to an existing folder, or :class:`PretrainedFormatError` saying what to give (and
+    where an interrupted save left the previous version, if it did)."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        leftovers = [p for p in _atomic.interrupted_leftovers(folder) if p.name.startswith(f".{folder.name}.old-")]
+        hint = (f"an interrupted save left the previous version at {leftovers[0]}; rename it to {folder.name}"
+                if leftovers else "give the folder that holds config.json and model.safetensors")
+        raise PretrainedFormatError(f"{folder}: {'no such folder' if not folder.exists() else 'not a folder'}; {hint}")
+    return folder
+
+
+# =============================================================================================== checkpoints
+def _load_checkpoint(path: Path, what: str = "LanguageModelModule") -> dict:
+    """``torch.load(weights_only=True)``: tensors, numbers, strings and plain containers only."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
+        described = found.group(0).strip() if found else str(err).splitlines()[0]
+        raise CheckpointError(
+            f"{path}: holds Python objects that safe (weights_only) loading refuses ({described}); dsf-lightning never "
+            "unpickles arbitrary objects. If you trust the file and the type is harmless, allow it with "
+            "torch.serialization.add_safe_globals([...]) and retry"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable PyTorch Lightning checkpoint ({first}); is the file complete?") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
+        keys = sorted(ckpt)[:10] if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointError(
+            f"{path}: not a {what} checkpoint (needs 'state_dict' and 'hyper_parameters', found {keys})"
+        )
+    return ckpt
+
+
+def cli_configs(path: Path) -> list[Path]:
+    """The LightningCLI ``config.yaml`` files that may describe the run that wrote checkpoint ``path``, nearest
+    first: beside it, one or two folders up, then in the loggers' ``<run>/*/version_*/`` folders (the newest
+    version first), where ``dsf fit`` with a CSVLogger saves it."""
+    found: list[Path] = []
+    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
+        candidate = folder / "config.yaml"
+        if candidate.is_file() and candidate not in found:
+            found.append(candidate)
+    versions = [p for p in path.parent.parent.glob("*/version_*/config.yaml") if p.is_file()]
+
+    def number(p: Path) -> int:
+        digits = p.parent.name.removeprefix("version_")
+        return int(digits) if digits.isdigit() else -1
+
+    found += sorted((p for p in versions if p not in found), key=lambda p: (-number(p), str(p)))
+    return found
+
+
+def read_cli_config(candidate: Path) -> dict | None:
+    """A LightningCLI config / recipe YAML as a dict (bounded, safe YAML); None when it cannot be read."""
+    import yaml
+
+    from ..training.recipe_guard import check_config_structure
+
+    try:
+        data = yaml.load(candidate.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        check_config_structure(data, str(candidate))  # no alias bomb, nothing thousands of levels deep
+    except (yaml.YAMLError, RecursionError, OSError, UnicodeDecodeError, ValueError) as err:
+        logger.warning("ignoring %s: %s", candidate, err)
+        return None
+    return data if isinstance(data, dict) else None
