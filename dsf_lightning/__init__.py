@@ -3,9 +3,11 @@
 >>> import dsf_lightning as dsf
 >>> scorer = dsf.from_pretrained("delta-rnn-ptb")          # the bundled model, offline
 >>> scorer.score("the company said it expects higher earnings").ppl
+>>> dsf.from_pretrained("sr-lstm-p-imdb").classify("A great movie!").label   # a text classifier
 
-Public API: :func:`from_pretrained` / :class:`Scorer` (scoring text), :func:`list_models` (published
-models), the cell registry (:func:`list_cells`, :func:`get_cell`, :func:`register_cell`), the model
+Public API: :func:`from_pretrained` (a :class:`Scorer` for a language model, a :class:`TextClassifier` for a
+text classifier: the folder says which), :func:`list_models` (published models), the cell registry
+(:func:`list_cells`, :func:`get_cell`, :func:`register_cell`), the model
 (:class:`LMConfig`, :class:`RecurrentLM`), training (:class:`LanguageModelModule`,
 :class:`LanguageModelDataModule`) and corpora (:func:`load_corpus`, :func:`list_corpora`). The heavy
 parts (Lightning, the hub client) are imported on first use.
@@ -18,9 +20,11 @@ from .cells import get_cell, list_cells, register_cell
 __version__ = "0.1.0"
 
 _LAZY = {
-    "from_pretrained": "dsf_lightning.scoring",
+    "from_pretrained": "dsf_lightning.auto",
     "Scorer": "dsf_lightning.scoring",
     "ScoringError": "dsf_lightning.scoring",
+    "TextClassifier": "dsf_lightning.classification",
+    "ClassificationError": "dsf_lightning.classification",
     "list_models": "dsf_lightning.hub.registry",
     "save_pretrained": "dsf_lightning.hub.format",
     "load_pretrained": "dsf_lightning.hub.format",

@@ -5,8 +5,13 @@ loading is not strict: it keeps random weights for renamed keys).
 >>> model = RecurrentLM.from_pretrained("delta-rnn-ptb")      # doctest: +SKIP
 >>> model.save_pretrained("my-model")                          # doctest: +SKIP
 >>> model.push_to_hub("me/my-model")                           # doctest: +SKIP
+>>> SequenceClassifier.from_pretrained("sr-lstm-p-imdb")       # doctest: +SKIP
 
-Kept apart from :mod:`dsf_lightning.hub` (imported lazily) because the hub's format module imports the model.
+One mixin for both kinds of folder: a class says which it is with ``_hub_task`` (config.json's ``task``:
+``language-model`` for :class:`~dsf_lightning.model.RecurrentLM`, ``text-classification`` for
+:class:`~dsf_lightning.tasks.SequenceClassifier`), and the folder of the other kind is refused with a
+message naming its loader. Kept apart from :mod:`dsf_lightning.hub` (imported lazily) because the hub's
+format modules import the models.
 """
 
 from __future__ import annotations
@@ -14,14 +19,37 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+#: per task, the folder parts a model from ``from_pretrained`` keeps as plain attributes (part -> attribute) and
+#: ``save_pretrained`` writes back; ``vocab`` and ``tokenizer`` have no default
+PARTS = {
+    "language-model": {"vocab": "vocab", "tokenizer": "tokenizer", "info": "pretrained_info", "normalize": "pretrained_normalize"},
+    "text-classification": {"vocab": "vocab", "tokenizer": "tokenizer", "labels": "pretrained_labels", "info": "pretrained_info",
+                            "normalize": "pretrained_normalize", "max_length": "pretrained_max_length"},
+}
+REQUIRED = ("vocab", "tokenizer")
+
+
+def _folder_type(task: str):
+    """The in-memory form of a folder of ``task`` and the function that saves it."""
+    if task == "text-classification":
+        from .hub.classifier import PretrainedClassifier, save_classifier
+
+        return PretrainedClassifier, save_classifier
+    from .hub.format import Pretrained, save_pretrained
+
+    return Pretrained, save_pretrained
+
 
 class PretrainedModelMixin:
-    """Adds Hub-style loading and saving to :class:`~dsf_lightning.model.RecurrentLM`.
+    """Adds Hub-style loading and saving to a model class (:data:`PARTS`: what a loaded model keeps).
 
     A model from :meth:`from_pretrained` keeps the folder's vocabulary, tokenizer, info and text normalizer
-    as plain attributes (``vocab``, ``tokenizer``, ``pretrained_info``, ``pretrained_normalize``; not in its
+    (a classifier also its labels and length rule) as plain attributes (``vocab``, ``tokenizer``,
+    ``pretrained_info``, ``pretrained_normalize``, ``pretrained_labels``, ``pretrained_max_length``; not in its
     ``state_dict``), so :meth:`save_pretrained` writes the same folder back.
     """
+
+    _hub_task = "language-model"
 
     @classmethod
     def from_pretrained(
@@ -38,7 +66,8 @@ class PretrainedModelMixin:
         **unknown,
     ):
         """The model of a published name, a Hub repo id (``owner/name``) or a local folder, loaded strictly
-        (:func:`dsf_lightning.hub.format.load_pretrained`), in eval mode.
+        (:func:`dsf_lightning.hub.registry.load`), in eval mode. A folder of another kind (a text classifier
+        for a language model, or the reverse) is a :class:`~dsf_lightning.hub.WrongTaskError` naming its loader.
 
         ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``: as in
         huggingface_hub, for the download (``snapshot_download`` of the model's files only). ``device``:
@@ -50,47 +79,56 @@ class PretrainedModelMixin:
         check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "device", "dtype"))
         pretrained = load(
             pretrained_model_name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir,
-            force_download=force_download, local_files_only=local_files_only, token=token,
+            force_download=force_download, local_files_only=local_files_only, token=token, task=cls._hub_task,
         )
         model = pretrained.model
         if not isinstance(model, cls):
             raise TypeError(f"the folder holds a {type(model).__name__}, not a {cls.__name__}")
-        model.vocab, model.tokenizer, model.pretrained_info = pretrained.vocab, pretrained.tokenizer, pretrained.info
-        model.pretrained_normalize = getattr(pretrained, "normalize", None)
+        for part, attribute in PARTS[cls._hub_task].items():
+            setattr(model, attribute, getattr(pretrained, part, None))
         if device is not None:
             model.to(device)
         return model
 
-    def _as_pretrained(self, vocab=None, tokenizer=None, info=None, normalize=None):
-        from .hub.format import Pretrained
-
-        vocab = vocab if vocab is not None else getattr(self, "vocab", None)
-        tokenizer = tokenizer if tokenizer is not None else getattr(self, "tokenizer", None)
-        if vocab is None or tokenizer is None:
+    def _as_pretrained(self, **given):
+        """The folder's in-memory form: ``given`` parts, else those :meth:`from_pretrained` kept."""
+        parts = PARTS[self._hub_task]
+        unknown = sorted(set(given) - set(parts))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.save_pretrained() got unexpected folder part(s) {unknown}; "
+                            f"it keeps {', '.join(parts)}")
+        values = {part: given[part] if given.get(part) is not None else getattr(self, attribute, None)
+                  for part, attribute in parts.items()}
+        if any(values[part] is None for part in REQUIRED):
             raise ValueError(
                 f"this {type(self).__name__} has no vocabulary / tokenizer to save with it (it was not loaded with "
-                "from_pretrained): pass vocab= and tokenizer= (e.g. a corpus's .vocab and .tokenizer)"
+                "from_pretrained): pass vocab= and tokenizer= (e.g. a corpus's or DataModule's .vocab and its tokenizer)"
             )
-        info = info if info is not None else getattr(self, "pretrained_info", None)
-        normalize = normalize if normalize is not None else getattr(self, "pretrained_normalize", None)
-        return Pretrained(model=self, vocab=vocab, tokenizer=tokenizer, info=dict(info or {}), normalize=normalize)
+        values["info"] = dict(values["info"] or {})
+        if "labels" in values and values["labels"] is None:
+            values["labels"] = [str(i) for i in range(int(self.hparams["num_classes"]))]
+        if "max_length" in values and values["max_length"] is None and "max_length" not in given:
+            values.pop("max_length")  # the folder format's default length rule
+        pretrained_type, _ = _folder_type(self._hub_task)
+        return pretrained_type(model=self, **values)
 
-    def save_pretrained(self, save_directory, *, vocab=None, tokenizer=None, info=None, normalize=None, **options) -> Path:
-        """Write the model folder ``dsf export`` writes (config.json, model.safetensors, vocab.json,
-        dsf_tokenizer.json, tokenizer.json where exact, README.md) to ``save_directory``; returns its path.
+    def save_pretrained(self, save_directory, **kwargs) -> Path:
+        """Write the model folder ``dsf export`` writes to ``save_directory``; returns its path.
 
-        ``vocab`` / ``tokenizer`` / ``info`` / ``normalize`` (the text normalizer's name, e.g. ``"ptb"``):
-        default to those :meth:`from_pretrained` kept. ``options``:
-        those of :func:`dsf_lightning.hub.format.save_pretrained` (``dtype``, ``eval_results``, ``card_extra``).
-        The weights are saved in float32 (or ``dtype="float16"``) whatever dtype the model runs in.
+        Folder parts (default: those :meth:`from_pretrained` kept): ``vocab``, ``tokenizer``, ``info``,
+        ``normalize`` (the text normalizer's name, e.g. ``"ptb"``); a classifier also ``labels`` (default
+        ``"0"``, ``"1"``, ...) and ``max_length``. Other keywords are the saving function's
+        (:func:`dsf_lightning.hub.format.save_pretrained` / :func:`dsf_lightning.hub.classifier.save_classifier`:
+        ``dtype``, ``eval_results``, ``card_extra``). The weights are saved in float32 (or ``dtype="float16"``)
+        whatever dtype the model runs in.
         """
-        from .hub.format import save_pretrained
-
-        pretrained = self._as_pretrained(vocab, tokenizer, info, normalize)
+        parts = PARTS[self._hub_task]
+        pretrained = self._as_pretrained(**{k: kwargs.pop(k) for k in list(kwargs) if k in parts})
+        _, save = _folder_type(self._hub_task)
         restore = next(self.parameters()).dtype
         try:
             self.float()  # the folder stores float32 (or float16) weights
-            return save_pretrained(pretrained, save_directory, **options)
+            return save(pretrained, save_directory, **kwargs)
         finally:
             self.to(restore)
 
@@ -102,18 +140,14 @@ class PretrainedModelMixin:
         private: bool = False,
         token: str | None = None,
         branch: str | None = None,
-        vocab=None,
-        tokenizer=None,
-        info=None,
-        normalize=None,
-        **options,
+        **kwargs,
     ):
-        """:meth:`save_pretrained` to a temporary folder, then :func:`dsf_lightning.hub.publish.push_to_hub`
-        of it to ``repo_id`` at ``branch`` (default ``main``). Returns the commit (its ``.oid`` is the sha)."""
+        """:meth:`save_pretrained` (``kwargs``: its folder parts and options) to a temporary folder, then
+        :func:`dsf_lightning.hub.publish.push_to_hub` of it to ``repo_id`` at ``branch`` (default ``main``).
+        Returns the commit (its ``.oid`` is the sha)."""
         from .hub.publish import push_to_hub
 
         with tempfile.TemporaryDirectory(prefix="dsf-push-") as tmp:
-            folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1], vocab=vocab, tokenizer=tokenizer, info=info,
-                                          normalize=normalize, **options)
+            folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1], **kwargs)
             return push_to_hub(folder, repo_id, revision=branch or "main", token=token, private=private,
                                commit_message=commit_message)

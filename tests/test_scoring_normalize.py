@@ -136,7 +136,7 @@ def test_a_ptb_char_model_reads_raw_text_spelled_out(monkeypatch, tmp_path):
 
 
 def test_an_unknown_normalizer_is_a_clear_error(pretrained, tmp_path):
-    with pytest.raises(ScoringError, match=r"unknown normalizer 'bogus'.*none, ptb, ptb-char"):
+    with pytest.raises(ScoringError, match=r"unknown normalizer 'bogus'.*none, imdb, ptb, ptb-char"):
         Scorer(pretrained, normalize="bogus")
     odd = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, {}, normalize="wikitext-9")
     with pytest.raises(ScoringError, match=r"'wikitext-9'.*--normalize none"):

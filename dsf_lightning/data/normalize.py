@@ -8,7 +8,8 @@ of its words to ``<unk>``. A normalizer turns raw text into that form::
     >>> get_normalizer("ptb").normalize("Hello, World! It's 3.5% higher.")
     "hello world\\nit 's N N higher"
 
-Registry: ``none`` (no normalizer: :func:`get_normalizer` returns None), ``ptb``, ``ptb-char``;
+Registry: ``none`` (no normalizer: :func:`get_normalizer` returns None), ``ptb``, ``ptb-char``, ``imdb``
+(IMDB reviews as :func:`dsf_lightning.data.corpora.imdb.normalize_review` writes them);
 :func:`register_normalizer` adds more. :func:`normalizer_for_corpus` names the normalizer that turns raw
 text into a corpus's form (``ptb`` for ``ptb``). A pretrained folder records its normalizer in
 ``config.json`` (``"normalize": "ptb"``) and :class:`~dsf_lightning.scoring.Scorer` applies it by default.
@@ -301,3 +302,19 @@ class PTBCharNormalizer(Normalizer):
     def _spell(self, sentence: str) -> str:
         words = ("".join(c for c in word if c in _PTB_CHARS) for word in sentence.split())
         return " ".join(self.space.join(w for w in words if w))
+
+
+# ============================================================================================= IMDB
+@register_normalizer("imdb")
+class IMDBNormalizer(Normalizer):
+    """IMDB reviews in the form the ``imdb`` corpora and ``IMDBSentimentDataModule`` read them
+    (:func:`~dsf_lightning.data.corpora.imdb.normalize_review`: lower case, ``<br />`` dropped, numbers as
+    ``<num>``, emoticons as ``<emo>``, punctuation split off). A review is one sequence: each line is one piece,
+    never split into sentences."""
+
+    description = "IMDB reviews: lower case, <br /> dropped, numbers <num>, emoticons <emo>, punctuation split off"
+
+    def sentences(self, line: str) -> list[tuple[str, bool]]:
+        from .corpora.imdb import normalize_review
+
+        return [(normalize_review(line), False)]

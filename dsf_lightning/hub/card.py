@@ -5,8 +5,8 @@ Evaluation results are plain dicts, one per number::
 
     {"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}
 
-``metric`` is ``perplexity`` (word / subword models), ``bpc`` (bits per character, character models)
-or ``accuracy``; optional keys: ``dataset_name`` (display name), ``task`` (default
+``metric`` is ``perplexity`` (word / subword models), ``bpc`` (bits per character, character models),
+``accuracy`` or ``error`` (the error rate, 1 - accuracy: text classifiers, :mod:`.classifier`); optional keys: ``dataset_name`` (display name), ``task`` (default
 ``text-generation``, ``text-classification`` for accuracy), ``metric_name``, ``dataset_config``,
 ``dataset_revision``, ``source_name``, ``source_url``. They become the card's ``model-index`` and
 read back with ``ModelCard.load(path).data.eval_results``.
@@ -34,8 +34,10 @@ METRICS = {  # metric type -> (display name, task type)
     "perplexity": ("perplexity", "text-generation"),
     "bpc": ("bits per character", "text-generation"),
     "accuracy": ("accuracy", "text-classification"),
+    "error": ("error rate", "text-classification"),
 }
-METRIC_ALIASES = {"ppl": "perplexity", "bits-per-character": "bpc", "bits_per_character": "bpc", "acc": "accuracy"}
+METRIC_ALIASES = {"ppl": "perplexity", "bits-per-character": "bpc", "bits_per_character": "bpc", "acc": "accuracy",
+                  "err": "error", "error-rate": "error", "error_rate": "error"}
 SPLIT_NAMES = {"valid": "validation", "val": "validation", "dev": "validation"}
 EVAL_KEYS = {
     "metric", "value", "dataset", "split", "dataset_name", "task", "metric_name", "dataset_config",
@@ -123,6 +125,23 @@ def default_eval_results(info: dict, tokenizer_name: str | None) -> list[dict]:
     return normalize_eval_results(out)
 
 
+def classifier_eval_results(info: dict) -> list[dict]:
+    """A text classifier's results from ``info["metrics"]``: ``<split>_accuracy`` / ``<split>_error``, and
+    ``test_<set>_accuracy`` for a split of several test sets (its ``dataset_config``, e.g. ``l100``)."""
+    metrics, corpus = info.get("metrics") or {}, info.get("corpus")
+    if not isinstance(metrics, dict) or not corpus:
+        return []
+    out = []
+    for key, value in metrics.items():
+        stem, _, kind = str(key).rpartition("_")
+        split, _, subset = stem.partition("_")
+        if kind in ("accuracy", "error") and split in ("valid", "test") and isinstance(value, (int, float)) \
+                and not isinstance(value, bool) and math.isfinite(value):
+            out.append({"metric": kind, "value": float(value), "dataset": str(corpus), "split": split,
+                        **({"dataset_config": subset} if subset else {})})
+    return normalize_eval_results(out)
+
+
 def to_eval_result(entry: dict):
     """One normalized dict -> ``huggingface_hub.EvalResult``."""
     from huggingface_hub import EvalResult
@@ -194,31 +213,12 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
         ("vocabulary", f"{len(pretrained.vocab):,} symbols" + (f", unknown symbol `{pretrained.vocab.unk}`" if pretrained.vocab.unk else ", closed")),
         ("tokenizer", f"`{tok.name}` `{json.dumps(tok.options())}`"),
     ]
-    recipe_rows = []
-    for key, label in (("corpus", "corpus"), ("recipe", "recipe"), ("training_time", "training time"), ("hardware", "hardware")):
-        if info.get(key) not in (None, ""):
-            value = info[key]
-            recipe_rows.append((label, f"`{value}`" if key == "recipe" and isinstance(value, str) else _cell(value)))
-    for key, value in (info.get("training") or {}).items():
-        if value is not None:
-            recipe_rows.append((key, _cell(value)))
-    recipe = _table(recipe_rows, ("setting", "value")) if recipe_rows else "No training recipe recorded."
-    if eval_entries:
-        lines = ["| dataset | split | metric | value |", "| --- | --- | --- | --- |"]
-        lines += [
-            f"| {e.get('dataset_name', e['dataset'])} | {e['split']} | {METRICS[e['metric']][0]} | {e['value']:.4g} |"
-            for e in eval_entries
-        ]
-        metrics_table = "\n".join(lines)
-    else:
-        metrics_table = "No evaluation results recorded."
+    recipe = _recipe_table(info)
+    metrics_table = _metrics_table(eval_entries)
     note = dynamic_evaluation_note(info.get("metrics"))
     if note:
         metrics_table += "\n\n" + note
-    comparison = info.get("comparison")
-    if isinstance(comparison, (list, tuple)):
-        comparison = "\n".join(f"- {line}" for line in comparison)
-    comparison = comparison or "No comparison recorded."
+    comparison = _comparison(info)
     metric_attr = "bpc" if tok.name == "char" else "ppl"
     example = json.dumps(example_text(pretrained), ensure_ascii=False)
     hf_note = ("`tokenizer.json` is a Hugging Face `tokenizers` file giving the model's ids exactly "
@@ -252,9 +252,7 @@ is dsf-lightning's own tokenizer."""
         "dsf_tokenizer.json": "the tokenizer's options and learned state",
         "tokenizer.json": "the same tokenizer as a Hugging Face `tokenizers` file (same ids)",
     }
-    files_table = _table(
-        [(f"`{f}`", f"{_fmt_bytes(size)}: {descriptions.get(f, '')}") for f, size in files.items()], ("file", "size and contents")
-    )
+    files_table = _files_table(files, descriptions)
     citation = CITATIONS.get(family, f"See the paper that introduced the `{cfg.cell}` cell.")
     return {
         "model_name": name,
@@ -277,6 +275,144 @@ is dsf-lightning's own tokenizer."""
         "citation": citation,
         "library_version": __version__,
     }
+
+
+def _recipe_table(info: dict) -> str:
+    """The card's training recipe: corpus, recipe, training time, hardware and the training settings."""
+    rows = []
+    for key, label in (("corpus", "corpus"), ("recipe", "recipe"), ("training_time", "training time"), ("hardware", "hardware")):
+        if info.get(key) not in (None, ""):
+            value = info[key]
+            rows.append((label, f"`{value}`" if key == "recipe" and isinstance(value, str) else _cell(value)))
+    for key, value in (info.get("training") or {}).items():
+        if value is not None:
+            rows.append((key, _cell(value)))
+    return _table(rows, ("setting", "value")) if rows else "No training recipe recorded."
+
+
+def _metrics_table(eval_entries: list[dict]) -> str:
+    if not eval_entries:
+        return "No evaluation results recorded."
+    lines = ["| dataset | split | metric | value |", "| --- | --- | --- | --- |"]
+    lines += [
+        f"| {e.get('dataset_name', e['dataset'])} | {e['split']}{' (' + e['dataset_config'] + ')' if e.get('dataset_config') else ''} "
+        f"| {METRICS[e['metric']][0]} | {e['value']:.4g} |"
+        for e in eval_entries
+    ]
+    return "\n".join(lines)
+
+
+def _comparison(info: dict) -> str:
+    comparison = info.get("comparison")
+    if isinstance(comparison, (list, tuple)):
+        comparison = "\n".join(f"- {line}" for line in comparison)
+    return comparison or "No comparison recorded."
+
+
+def _files_table(files: dict[str, int], descriptions: dict[str, str]) -> str:
+    return _table(
+        [(f"`{f}`", f"{_fmt_bytes(size)}: {descriptions.get(f, '')}") for f, size in files.items()], ("file", "size and contents")
+    )
+
+
+def _classifier_fields(pretrained, eval_entries: list[dict], files: dict[str, int], name: str, repo_id: str) -> dict[str, str]:
+    """The template's fields for a text classifier (:class:`~dsf_lightning.hub.classifier.PretrainedClassifier`)."""
+    from .. import __version__
+
+    arch, info, tok, vocab = pretrained.config, pretrained.info, pretrained.tokenizer, pretrained.vocab
+    corpus = info.get("corpus", "an unnamed data set")
+    options = arch.get("cell_options") or {}
+    centroids = f", {options['k']} centroids" if "k" in options else ""
+    labels = ", ".join(pretrained.labels)
+    reads = f"the first {pretrained.max_length:,} symbols of each text" if pretrained.max_length else "whole texts"
+    level = "character" if tok.name == "char" else tok.name
+    description = info.get("description") or (
+        f"A {arch['cell']} text classifier ({arch['hidden_size']} units{centroids}) trained on {corpus} with "
+        f"dsf-lightning. It reads {level}-level text ({len(vocab):,} symbols) and gives one of {len(pretrained.labels)} "
+        f"labels ({labels}) with the probability of each. Its headline metric is accuracy."
+    )
+    arch_rows = [
+        ("cell", f"`{arch['cell']}`" + (f" with options `{json.dumps(options)}`" if options else "")),
+        ("hidden size", str(arch["hidden_size"])),
+        ("input", "one-hot symbols" if arch["input_mode"] == "one-hot" else f"{arch['embedding_size'] or arch['hidden_size']}-d learned embedding"),
+        ("readout", f"`{arch['readout']}`" + (", end token read without the stochastic component (sr-RNN sec. 3.3)" if arch["end_token"] else "")),
+        ("parameters", f"{sum(p.numel() for p in pretrained.model.parameters()):,}"),
+        ("vocabulary", f"{len(vocab):,} symbols" + (", unknown symbol `<unk>`" if getattr(vocab, "unk_id", None) is not None else ", closed")),
+        ("text", f"normalizer `{pretrained.normalize or 'none'}`, tokenizer `{tok.name}` `{json.dumps(tok.options())}`"),
+        ("labels", labels),
+        ("length", reads + " (after normalization); the rest is not read"),
+    ]
+    metrics_table = _metrics_table(eval_entries) + _prototypes_table(info.get("prototypes"))
+    example = json.dumps(classifier_example(pretrained), ensure_ascii=False)
+    how_to_score = f"""```bash
+pip install dsf-lightning
+dsf classify --model {repo_id} {example}   # label and the probability of each label
+dsf classify --model {repo_id} --file texts.txt --json   # one text per line (--file - reads stdin)
+```
+
+```python
+import dsf_lightning as dsf
+
+classifier = dsf.from_pretrained("{repo_id}")  # a published name, a Hub repo id "owner/name" or a local folder
+result = classifier.classify({example})  # a list of texts gives a list
+print(result.label, result.probability, result.probabilities)
+
+from dsf_lightning.tasks import SequenceClassifier
+
+model = SequenceClassifier.from_pretrained("{repo_id}")  # the plain module, loaded strictly
+```
+
+`classify` reads {reads} (after the `{pretrained.normalize or 'none'}` normalizer), and each record tells how many it
+read (`num_tokens`), how many were unknown (`num_unknown`) and whether the text was cut (`truncated`). An
+empty text is the model's reading of its start and end tokens alone."""
+    descriptions = {
+        "config.json": "format version, task, architecture, labels, length rule, training information, checksums",
+        "model.safetensors": "weights (safetensors)",
+        "vocab.json": "the vocabulary (special symbols, then the symbols in id order)",
+        "dsf_tokenizer.json": "the tokenizer that splits normalized text into symbols",
+    }
+    return {
+        "model_name": name,
+        "repo_id": repo_id,
+        "description": description,
+        "architecture_table": _table(arch_rows, ("", "")),
+        "intended_use": info.get("intended_use")
+        or f"Classifying text like {corpus} into {labels}; a baseline for research on (state-regularized) recurrent "
+        "classifiers, whose centroids can be read as the states of an automaton (sr-RNN paper sec. 5).",
+        "limitations": info.get("limitations")
+        or f"It knows only the {len(vocab):,} symbols of its vocabulary and the domain of {corpus}; it reads {reads}, "
+        "so the end of a longer text does not change its label. Accuracy on other kinds of text is unknown.",
+        "recipe": _recipe_table(info),
+        "metrics_table": metrics_table,
+        "comparison": _comparison(info),
+        "how_to_score": how_to_score,
+        "files": _files_table(files, descriptions),
+        "citation": CITATIONS.get(cell_family(arch["cell"]), f"See the paper that introduced the `{arch['cell']}` cell."),
+        "library_version": __version__,
+    }
+
+
+def _prototypes_table(prototypes: Any) -> str:
+    """The centroids' prototypical words (``info["prototypes"]``, :func:`~.classifier.centroid_prototypes`)."""
+    if not isinstance(prototypes, dict) or not prototypes.get("centroids"):
+        return ""
+    rows = [(str(c.get("centroid")), f"{c.get('visits', 0):,}",
+             ", ".join(f"{_cell(w['symbol'])} ({w['mean_prob']:.2f})" for w in c.get("top", [])) or "-")
+            for c in prototypes["centroids"]]
+    lines = ["| centroid | visits | words (mean transition probability) |", "| --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return (f"\n\n### Prototypical words of the centroids\n\nFor each centroid, the words with the highest mean "
+            f"probability of a transition to it, over {prototypes.get('sequences', '?'):,} sequences of "
+            f"`{prototypes.get('split', 'test')}` (words read at least {prototypes.get('min_count', 1)} times; as in "
+            "the sr-RNN paper, Table 6). Visits: the steps that ended in the centroid.\n\n" + "\n".join(lines))
+
+
+def classifier_example(pretrained) -> str:
+    """A text for the card's snippets: a review for word-level classifiers, alphabet symbols for the languages."""
+    if pretrained.tokenizer.name == "char":
+        symbols = [s for s in pretrained.vocab.alphabet if len(s) == 1][:4]
+        return "".join(symbols * 2)
+    return "A great movie, I loved every minute of it!"
 
 
 def example_text(pretrained) -> str:
@@ -341,21 +477,26 @@ def build_model_card(
     if unknown:
         raise ModelCardError(f"card_extra: unknown key(s) {unknown}; template fields: {list(FIELDS)}; metadata: {list(METADATA_KEYS)}")
     info = pretrained.info
-    entries = normalize_eval_results(eval_results) if eval_results is not None else default_eval_results(info, pretrained.tokenizer.name)
+    classifier = getattr(pretrained, "task", None) == "text-classification"
+    if eval_results is not None:
+        entries = normalize_eval_results(eval_results)
+    else:
+        entries = classifier_eval_results(info) if classifier else default_eval_results(info, pretrained.tokenizer.name)
     name = extra.get("model_name") or name or info.get("name") or "dsf-lightning model"
     repo_id = extra.get("repo_id") or info.get("repo_id") or name
-    values = _default_fields(pretrained, entries, files or {}, name, repo_id)
+    values = (_classifier_fields if classifier else _default_fields)(pretrained, entries, files or {}, name, repo_id)
     values.update({k: str(v) for k, v in extra.items() if k in FIELDS})
     text = render_template(template if template is not None else TEMPLATE_PATH.read_text(encoding="utf-8"), values)
-    cfg = pretrained.model.config
-    tags = ["dsf-lightning", "recurrent-neural-network", "language-model", cfg.cell]
+    cell = pretrained.config["cell"] if classifier else pretrained.model.config.cell
+    kind = "text-classification" if classifier else "language-model"
+    tags = ["dsf-lightning", "recurrent-neural-network", kind, cell]
     tags += [t for t in extra.get("tags", []) if t not in tags]
     corpus = info.get("corpus")
     data = ModelCardData(
         model_name=name,
         library_name="dsf-lightning",
         # a language model scores and generates text (Scorer.generate): the Hub's text-generation task
-        pipeline_tag=extra.get("pipeline_tag", "text-generation"),
+        pipeline_tag=extra.get("pipeline_tag", "text-classification" if classifier else "text-generation"),
         tags=tags,
         license=extra.get("license"),
         language=extra.get("language") or ("en" if corpus in ENGLISH_CORPORA else None),

@@ -1,4 +1,5 @@
-"""``dsf export`` (a pretrained folder, or ``--format onnx``), ``dsf push`` and ``dsf list models``: argparse parts the ``dsf`` CLI registers.
+"""``dsf export`` (a pretrained folder of a language model or a text classifier, or ``--format onnx``), ``dsf push``
+and ``dsf list models``: argparse parts the ``dsf`` CLI registers.
 
 Each ``add_*_parser(subparsers)`` adds one subcommand with ``set_defaults(handler=...)``; handlers
 return an exit code (0 ok, 1 failed) and report failures as ``error: ...`` on stderr, without a
@@ -93,9 +94,15 @@ def _key_value(text: str) -> tuple[str, Any]:
 @_guard
 def export_command(args: argparse.Namespace) -> int:
     """Turn a Lightning checkpoint into a pretrained model folder (or, ``--format onnx``, a model into an
-    ONNX graph)."""
+    ONNX graph). A SequenceClassifier checkpoint gives a text-classifier folder (:mod:`.classifier`)."""
     if args.format == "onnx":
         return _export_onnx(args)
+    if _is_classifier_checkpoint(args.checkpoint):
+        return _export_classifier(args)
+    given = [flag for key, flag in _CLASSIFIER_ONLY.items() if getattr(args, key, None) not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)} belong(s) to text classifiers (a SequenceClassifier checkpoint); "
+                         f"{args.checkpoint} holds a language model: drop them (--corpus names its data)")
     eval_results = _json_arg(args.eval_results, "--eval-results")
     info = _json_arg(args.info, "--info")
     if eval_results is not None and not isinstance(eval_results, list):
@@ -122,6 +129,64 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
+_CLASSIFIER_ONLY = {"recipe": "--recipe", "max_length": "--max-length", "prototypes": "--prototypes"}
+_LANGUAGE_MODEL_ONLY = {"corpus": "--corpus", "corpus_option": "--corpus-option", "dynamic": "--dynamic"}
+
+
+def _is_classifier_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a checkpoint of a dsf_lightning.tasks module (read weights-only); anything that
+    cannot be read is left to the language-model export, which says what is wrong."""
+    from ._folder import CheckpointError, _load_checkpoint
+    from .classifier import is_classifier_checkpoint
+
+    source = Path(path).expanduser()
+    if not source.is_file():
+        return False
+    try:
+        return is_classifier_checkpoint(_load_checkpoint(source))
+    except CheckpointError:
+        return False
+
+
+def _prototypes_arg(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of test sequences or 'all', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of test sequences or 'all', got {value}")
+    return value
+
+
+def _export_classifier(args: argparse.Namespace) -> int:
+    """``dsf export`` of a SequenceClassifier checkpoint: a text-classifier folder."""
+    from .classifier import export_classifier_checkpoint
+
+    given = [flag for key, flag in _LANGUAGE_MODEL_ONLY.items() if getattr(args, key)]
+    if args.dynamic_updates != "segment":
+        given.append("--dynamic-updates")
+    if given:
+        raise ValueError(f"{', '.join(given)} belong(s) to language models; {args.checkpoint} holds a text classifier "
+                         "(its data comes from the run's config.yaml or --recipe): drop them")
+    eval_results = _json_arg(args.eval_results, "--eval-results")
+    info = _json_arg(args.info, "--info")
+    if eval_results is not None and not isinstance(eval_results, list):
+        raise ValueError("--eval-results must be a JSON list of results")
+    if info is not None and not isinstance(info, dict):
+        raise ValueError("--info must be a JSON object")
+    folder = export_classifier_checkpoint(
+        args.checkpoint, args.output, recipe=args.recipe, data_root=args.data_root, dtype=args.dtype,
+        eval_results=eval_results, info=info, card_extra=_json_arg(args.card_extra, "--card-extra"),
+        evaluate=tuple(s for s in (args.evaluate or "").split(",") if s),
+        prototypes=0 if args.prototypes is False else args.prototypes, max_length=args.max_length,
+    )
+    total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights, text classifier)")
+    return 0
+
+
 _FOLDER_ONLY = {"eval_results": "--eval-results", "evaluate": "--evaluate", "dynamic": "--dynamic", "info": "--info",
                 "card_extra": "--card-extra"}
 
@@ -131,6 +196,7 @@ def _export_onnx(args: argparse.Namespace) -> int:
     from ..export import to_onnx
 
     given = [flag for key, flag in _FOLDER_ONLY.items() if getattr(args, key)]
+    given += [flag for key, flag in _CLASSIFIER_ONLY.items() if getattr(args, key, None) not in (None, False)]
     if args.dtype != "float32":
         given.append("--dtype")
     if given:
@@ -159,7 +225,9 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
         "export",
         help="turn a training checkpoint into a pretrained model folder",
         description="Read a LanguageModelModule checkpoint safely (weights_only) and write a pretrained folder "
-        "(config.json, model.safetensors, vocab.json, dsf_tokenizer.json, tokenizer.json where exact, README.md) atomically. With --format onnx: "
+        "(config.json, model.safetensors, vocab.json, dsf_tokenizer.json, tokenizer.json where exact, README.md) atomically. "
+        "A SequenceClassifier checkpoint (a task recipe of `dsf fit`) gives a text-classifier folder, its vocabulary, "
+        "labels and text rules from the task DataModule of the run's config.yaml (or --recipe). With --format onnx: "
         "write a checkpoint, pretrained folder or published model as one ONNX graph (inputs tokens [batch, time] "
         "and the state, outputs logits and the final state; batch and time dynamic), checked against onnxruntime.",
     )
@@ -180,7 +248,17 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
                         help='model-index results, e.g. \'[{"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}]\'')
     parser.add_argument("--evaluate", metavar="SPLITS",
                         help="score these splits' files (comma-separated, e.g. valid,test) with the stored weights "
-                        "and put the numbers in the card")
+                        "and put the numbers in the card (a text classifier: accuracy and error on the DataModule's "
+                        "test set(s) / validation set)")
+    parser.add_argument("--recipe", metavar="YAML",
+                        help="text classifier: the recipe (or LightningCLI config.yaml) it was trained with, when the "
+                        "run's config.yaml is not beside the checkpoint or in its logs/version_*/ folder")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="text classifier: symbols read from each text (default: the longest test length of the "
+                        "DataModule when every test set is cut, else 4096)")
+    parser.add_argument("--prototypes", type=_prototypes_arg, nargs="?", const=None, default=False, metavar="N|all",
+                        help="sr-RNN text classifier: the centroids' prototypical words (sr-RNN Table 6) from N test "
+                        "sequences (all: every one; the flag alone: all) into the card")
     parser.add_argument("--dynamic", type=int, nargs="+", choices=(1, 2), metavar="N",
                         help="with --evaluate: also report test numbers under dynamic evaluation #1 and/or #2 "
                         "(DSF sec 4.2; SGD step 0.005, test-then-train)")
@@ -225,19 +303,36 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------------------ list models
+def _value(metric: str | None, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if metric and metric.endswith(("accuracy", "error")):
+        return f"{100 * value:.2f}%"
+    return f"{value:.3f}" if metric and metric.endswith("bpc") else f"{value:.2f}"
+
+
 @_guard
 def list_models_command(args: argparse.Namespace) -> int:
-    """Print the published models: name, source, repo, revision."""
-    rows = [(m["name"], m["source"], m["repo_id"], m["revision"] or "main (not pinned)") for m in list_models()]
-    header = ("name", "source", "repo", "revision")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    """Print the published models: name, task, headline metric and value (from the model card), parameters,
+    size on disk and where the model comes from (bundled in the package, the Hub cache, or the Hub)."""
+    rows = []
+    for m in list_models():
+        source = "bundled" if m["source"].startswith("bundled") else f"hub{' (cached)' if m['cached'] else ''} {m['repo_id']}"
+        if m["revision"]:
+            source += f"@{m['revision'][:12]}"
+        rows.append((m["name"], m["task"], m["metric"] or "-", _value(m["metric"], m["value"]),
+                     f"{m['parameters']:,}" if m["parameters"] is not None else "-",
+                     f"{m['size_bytes'] / 1e6:.1f} MB" if m["size_bytes"] is not None else "-", source))
+    header = ("name", "task", "metric", "value", "parameters", "size", "source")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
-        print("  ".join(col.ljust(w) for col, w in zip(row[:3], widths)) + "  " + row[3])
+        print("  ".join(col.ljust(w) for col, w in zip(row[:-1], widths)) + "  " + row[-1])
     return 0
 
 
 def add_list_models_parser(subparsers) -> argparse.ArgumentParser:
     """``dsf list models`` (``subparsers`` is the ``list`` command's)."""
-    parser = subparsers.add_parser("models", help="the published pretrained models and where they come from")
+    parser = subparsers.add_parser("models", help="the published pretrained models: task, headline metric, parameters, "
+                                   "size and where they come from")
     parser.set_defaults(handler=list_models_command)
     return parser

@@ -436,6 +436,13 @@ def pretrained_from_checkpoint(
     """
     path = Path(ckpt_path).expanduser()
     ckpt = _load_checkpoint(path)
+    from .classifier import is_classifier_checkpoint
+
+    if is_classifier_checkpoint(ckpt):
+        raise CheckpointError(
+            f"{path}: holds a SequenceClassifier (a text classifier), not a LanguageModelModule: export it with "
+            "`dsf export` (which tells the kinds apart) or dsf_lightning.hub.classifier.export_classifier_checkpoint"
+        )
     config = _config_from_hparams(ckpt["hyper_parameters"], path)
     state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     if not state:

@@ -1,7 +1,7 @@
 """Publish a pretrained folder to the Hugging Face Hub (or any server speaking its protocol).
 
-The folder is loaded with :func:`~dsf_lightning.hub.format.load_pretrained` first, so a broken folder is
-never published; then ``HfApi.create_repo(exist_ok=True)``, ``create_branch`` for a revision other
+The folder is loaded first (:func:`~dsf_lightning.hub.registry.load_folder`: a language model or a text
+classifier, whichever it holds), so a broken folder is never published; then ``HfApi.create_repo(exist_ok=True)``, ``create_branch`` for a revision other
 than ``main``, and ``upload_folder`` of exactly the folder's model files (stray files such as editor
 backups or hidden temporary folders are not uploaded). ``HF_ENDPOINT`` / ``HF_TOKEN`` apply as usual.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .format import MODEL_FILES, load_pretrained
+from .format import MODEL_FILES
+from .registry import load_folder
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def push_to_hub(
     from huggingface_hub import HfApi
 
     folder = Path(folder).expanduser()
-    pretrained = load_pretrained(folder)  # raises PretrainedFormatError: never publish a broken folder
+    pretrained = load_folder(folder, task="auto")  # raises PretrainedFormatError: never publish a broken folder
     if "/" not in repo_id:
         raise ValueError(f"repo_id must be 'owner/name', got {repo_id!r}")
     api = HfApi(endpoint=endpoint, token=token, library_name="dsf-lightning")
@@ -55,7 +56,8 @@ def push_to_hub(
         allow_patterns=present,
     )
     logger.info(
-        "pushed %s (%s, %d parameters) to %s@%s: %s",
-        folder, pretrained.config.cell, sum(p.numel() for p in pretrained.model.parameters()), repo_id, revision, commit,
+        "pushed %s (%s %s, %d parameters) to %s@%s: %s", folder, type(pretrained.model).__name__,
+        pretrained.config["cell"] if isinstance(pretrained.config, dict) else pretrained.config.cell,
+        sum(p.numel() for p in pretrained.model.parameters()), repo_id, revision, commit,
     )
     return commit

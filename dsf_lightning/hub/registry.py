@@ -16,6 +16,12 @@ the pinned one does download a published name).
 
 A short name that is neither published nor a folder raises :class:`UnknownModelError` listing the
 known names.
+
+:func:`load` reads what it resolved by the folder's ``task`` (config.json): ``task="language-model"`` (the
+default, what the Scorer and ``RecurrentLM.from_pretrained`` ask for) or ``"text-classification"`` reads that
+kind only and raises :class:`~._folder.WrongTaskError` naming the right loader for the other;
+``task="auto"`` returns whichever the folder holds (:class:`~.format.Pretrained` or
+:class:`~.classifier.PretrainedClassifier`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ._folder import AUTO, LANGUAGE_MODEL, TASKS, TEXT_CLASSIFICATION
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +55,14 @@ class ModelDownloadError(OSError):
 @dataclass(frozen=True)
 class PublishedModel:
     """A released model: its Hub repo, the pinned revision (a commit sha once published; ``None`` means
-    the ``main`` branch until then) and the folder name of the copy bundled in the package."""
+    the ``main`` branch until then), the folder name of the copy bundled in the package and what it is
+    (``task``: ``language-model`` or ``text-classification``)."""
 
     repo_id: str
     revision: str | None = None
     bundled: str | None = None
     description: str = ""
+    task: str = LANGUAGE_MODEL
 
     @property
     def bundled_path(self) -> Path | None:
@@ -76,6 +86,13 @@ PUBLISHED: dict[str, PublishedModel] = {
         revision=None,  # pinned to the commit sha when published
         bundled="delta-rnn-ptb-char",
         description="character-level Delta-RNN on the Penn Treebank characters; scores bits per character",
+    ),
+    "sr-lstm-p-imdb": PublishedModel(
+        repo_id="dsf-lightning/sr-lstm-p-imdb",
+        revision=None,  # pinned to the commit sha when published
+        bundled="sr-lstm-p-imdb",
+        description="sr-LSTM-p (k = 10) sentiment classifier of IMDB reviews (sr-RNN paper sec. 4.3); reports accuracy",
+        task=TEXT_CLASSIFICATION,
     ),
 }
 
@@ -113,8 +130,6 @@ def download(
     """``snapshot_download`` of a model repo's files (``allow_patterns``: the model folder's files only),
     with errors turned into :class:`ModelDownloadError`."""
     from huggingface_hub import constants, snapshot_download
-
-    from .format import MODEL_FILES
     from huggingface_hub.errors import (
         EntryNotFoundError,
         HfHubHTTPError,
@@ -123,6 +138,8 @@ def download(
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
+
+    from .format import MODEL_FILES
 
     where = f"{repo_id}@{revision or 'main'} from {constants.ENDPOINT}"
     try:
@@ -184,24 +201,117 @@ def resolve(name_or_path, revision: str | None = None, **hub) -> Path:
 
 
 def list_models() -> list[dict]:
-    """The published models: name, repo_id, revision, source ("bundled (path)" or "hub"), description."""
+    """The published models: name, task, repo_id, revision, source ("bundled (path)" or "hub"), description,
+    and, where a copy is here (bundled, or in the Hub cache), what its folder says (:func:`folder_summary`):
+    metric, value, parameters, size_bytes (None where unknown)."""
     rows = []
     for name, published in sorted(PUBLISHED.items()):
+        folder = published.bundled_path if published.is_bundled else _cached(published)
+        summary = folder_summary(folder) if folder is not None else {}
         rows.append({
             "name": name,
+            "task": summary.get("task", published.task),
             "repo_id": published.repo_id,
             "revision": published.revision,
             "source": f"bundled ({published.bundled_path})" if published.is_bundled else "hub",
+            "cached": folder is not None and not published.is_bundled,
             "description": published.description,
+            "metric": summary.get("metric"),
+            "value": summary.get("value"),
+            "parameters": summary.get("parameters"),
+            "size_bytes": summary.get("size_bytes"),
         })
     return rows
 
 
-def load(name_or_path, *, revision: str | None = None, dtype=None, **hub):
-    """:func:`resolve` (``revision`` and the other :data:`HUB_KEYWORDS`) then
-    :func:`~dsf_lightning.hub.format.load_pretrained` (``dtype``)."""
-    from .format import load_pretrained, resolve_dtype
+def _cached(published: PublishedModel) -> Path | None:
+    """The Hub cache's copy of a published model, if one was downloaded (nothing is fetched)."""
+    try:
+        return download(published.repo_id, published.revision, local_files_only=True)
+    except ModelDownloadError:
+        return None
 
-    check_keywords("load", {k: v for k, v in hub.items() if k not in HUB_KEYWORDS}, (*HUB_KEYWORDS, "dtype"))
+
+#: the headline metric of each kind, in order of preference (the model-index's metric types)
+HEADLINE = {LANGUAGE_MODEL: ("perplexity", "bpc"), TEXT_CLASSIFICATION: ("accuracy",)}
+
+
+def folder_summary(folder: Path) -> dict:
+    """What ``dsf list models`` shows of a model folder: ``task``, ``metric`` (e.g. ``"test perplexity"``) and
+    ``value`` (the card's model-index: its first test-split result of the kind's headline metric, static
+    evaluation), ``parameters`` (of the model config.json describes, tied weights once) and ``size_bytes``
+    (the folder's files). A folder that cannot be read gives ``metric="unreadable"``."""
+    from ._folder import (
+        CARD_FILE,
+        CONFIG_FILE,
+        PretrainedFormatError,
+        _read_json,
+        folder_task,
+    )
+
+    folder = Path(folder)
+    out: dict = {"size_bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file())}
+    try:
+        task = folder_task(folder)
+        config = _read_json(folder / CONFIG_FILE)
+        out.update(task=task, parameters=_parameters(task, config["model"]))
+    except (PretrainedFormatError, KeyError, TypeError, ValueError) as err:
+        logger.warning("cannot read %s: %s", folder, err)
+        return {**out, "metric": "unreadable"}
+    try:
+        from huggingface_hub import ModelCard
+
+        results = ModelCard.load(folder / CARD_FILE).data.eval_results or []
+    except Exception as err:  # noqa: BLE001 - a card that does not parse: the row says so, the listing goes on
+        logger.warning("cannot read the model card of %s: %s", folder, err)
+        results = []
+    for metric in HEADLINE[task]:
+        for r in results:
+            if r.metric_type == metric and r.dataset_split == "test" and "dynamic" not in str(r.metric_name or ""):
+                return {**out, "metric": f"test {metric}", "value": float(r.metric_value)}
+    return out
+
+
+def _parameters(task: str, model: dict) -> int:
+    """Parameters of the model a folder's config.json describes (built on the CPU; shared tensors once)."""
+    if task == TEXT_CLASSIFICATION:
+        from ..tasks.modules import SequenceClassifier
+        from .classifier import ARCHITECTURE
+
+        module = SequenceClassifier(**{k: model[k] for k in ARCHITECTURE})
+    else:
+        from ..model import LMConfig, RecurrentLM
+
+        module = RecurrentLM(LMConfig.from_dict(model))
+    return sum(p.numel() for p in module.parameters())
+
+
+def load_folder(folder, *, task: str = LANGUAGE_MODEL, dtype=None):
+    """Load the model folder ``folder`` strictly: :func:`~.format.load_pretrained` for a language model,
+    :func:`~.classifier.load_classifier` for a text classifier; ``task`` (see the module docstring) says which
+    kinds are accepted."""
+    if task != AUTO and task not in TASKS:
+        raise ValueError(f"task must be one of {[*TASKS, AUTO]}, got {task!r}")
+    from ._folder import check_folder, folder_task
+
+    if task == AUTO:
+        task = folder_task(check_folder(folder))
+    if task == TEXT_CLASSIFICATION:
+        from .classifier import load_classifier
+
+        return load_classifier(folder, dtype=dtype)
+    from .format import load_pretrained
+
+    return load_pretrained(folder, dtype=dtype)
+
+
+def load(name_or_path, *, revision: str | None = None, dtype=None, task: str = LANGUAGE_MODEL, **hub):
+    """:func:`resolve` (``revision`` and the other :data:`HUB_KEYWORDS`) then :func:`load_folder` (``dtype``,
+    ``task``: ``"language-model"`` (default), ``"text-classification"`` or ``"auto"``)."""
+    from .format import resolve_dtype
+
+    check_keywords("load", {k: v for k, v in hub.items() if k not in HUB_KEYWORDS}, (*HUB_KEYWORDS, "dtype", "task"))
+    if task != AUTO and task not in TASKS:
+        raise ValueError(f"task must be one of {[*TASKS, AUTO]}, got {task!r}")
     dtype = resolve_dtype(dtype)  # a bad dtype fails before any download
-    return load_pretrained(resolve(name_or_path, revision, **hub), dtype=dtype)
+    return load_folder(resolve(name_or_path, revision, **hub), task=task, dtype=dtype)

@@ -201,6 +201,24 @@ def collate(items: list[dict[str, Tensor]], pad_id: int = 0) -> dict[str, Tensor
     return {"inputs": inputs, "lengths": lengths, "mask": mask, "labels": labels}
 
 
+def token_budget_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[list[int]]:
+    """Indices of sequences with ``lengths`` in batches of similar length (shortest first), each of at most
+    ``batch_size`` sequences and ``max_tokens`` padded steps (sequences x the longest), so the memory of a batch
+    is bounded however long the sequences are (one longer than ``max_tokens`` is a batch of its own)."""
+    if batch_size < 1 or max_tokens < 1:
+        raise ValueError(f"batch_size and max_tokens must be >= 1, got {batch_size}, {max_tokens}")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        if current and (len(current) >= batch_size or (len(current) + 1) * max(1, lengths[i]) > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(i)  # the longest of its batch so far: the order is by length
+    if current:
+        batches.append(current)
+    return batches
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of similar lengths: sort by length within random pools of ``pool_batches`` batches.
 
@@ -296,6 +314,13 @@ class SequenceDataModule(L.LightningDataModule):
     task = "classification"
     input_mode = "tokens"
     num_classes = 2
+    #: how raw text becomes this data's symbols, recorded in a classifier's hub folder
+    #: (:mod:`dsf_lightning.hub.classifier`): a text normalizer (:mod:`dsf_lightning.data.normalize`, None: none)
+    #: and a tokenizer (:mod:`dsf_lightning.data.tokenizers`, without an end symbol; None: the inputs are not text)
+    text_normalizer: str | None = None
+    text_tokenizer: str | None = "char"  # one symbol per character (the formal languages)
+    #: the classes' names in id order (None: "0", "1", ...)
+    label_names: tuple[str, ...] | None = None
 
     def __init__(
         self, batch_size: int = 64, eval_batch_size: int | None = None, bucket: bool = True, seed: int = 0,

@@ -53,6 +53,7 @@ class _LanguageDataModule(SequenceDataModule):
     """Accept/reject tasks over a formal language: keeps the labelled strings of every split."""
 
     alphabet: tuple[str, ...] = ()
+    label_names = ("reject", "accept")  # class 1 = the string is in the language
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -192,6 +193,7 @@ class CopyingMemoryDataModule(SequenceDataModule):
 
     task = "tagging"
     num_classes = lang.COPY_SYMBOLS
+    text_tokenizer = None  # symbols c0..c9, not text
 
     def __init__(
         self, lag: int = 100, n: int = 10, train_size: int = 100_000, valid_size: int = 0, test_size: int = 10_000,
@@ -238,6 +240,11 @@ class IMDBSentimentDataModule(SequenceDataModule):
     paper trains on all 25,000 training reviews; here every ``valid_every``-th one (10th, 20th, ...:
     2,500, balanced) is held out for validation unless ``valid_every=0``.
     """
+
+    # what a classifier folder records (dsf_lightning.hub.classifier): reviews read as _read reads them
+    text_normalizer = "imdb"  # normalize_review
+    text_tokenizer = "word"  # then split on whitespace
+    label_names = ("negative", "positive")  # label 0: rating 1-4, label 1: rating 7-10 (Maas et al. 2011)
 
     def __init__(
         self, data_root: str | os.PathLike | None = None, max_vocab: int = 20_000, min_count: int = 1,
@@ -335,6 +342,7 @@ class PixelMNISTDataModule(SequenceDataModule):
     """
 
     PIXELS = 784
+    text_tokenizer = None  # pixel intensities, not text
 
     def __init__(
         self, dataset: str = "mnist", permuted: bool = False, permutation_seed: int = 0, valid_size: int = 5000,

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._hub_mixin import PretrainedModelMixin
 from ..cells import build_cell
 from ..cells.base import State
 from .data import IGNORE_INDEX
@@ -206,8 +207,12 @@ class _RecurrentSequenceModule(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
 
 
-class SequenceClassifier(_RecurrentSequenceModule):
+class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
     """One class per sequence (accept / reject, sentiment, digit) from the final state of a cell.
+
+    A text classifier goes to and from a hub folder like the language models (``save_pretrained``,
+    ``from_pretrained``, ``push_to_hub``; :mod:`dsf_lightning.hub.classifier`), and
+    :class:`dsf_lightning.classification.TextClassifier` classifies raw text with one.
 
     Args:
         num_classes: number of classes (2 for accept / reject; class 1 = accept).
@@ -226,6 +231,8 @@ class SequenceClassifier(_RecurrentSequenceModule):
         optimizer, lr, weight_decay, momentum: ``"adam"`` (default), ``"rmsprop"`` (the paper: lr 0.01,
             momentum 0.9) or ``"sgd"``.
     """
+
+    _hub_task = "text-classification"  # the kind of hub folder it saves to and loads from
 
     def __init__(
         self,

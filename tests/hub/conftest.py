@@ -121,3 +121,46 @@ def client_env(tmp_path: Path, endpoint: str | None, offline: bool) -> dict:
     if endpoint:
         env["HF_ENDPOINT"] = endpoint
     return env
+
+
+# ------------------------------------------------------------------------------------------- classifiers
+#: a tiny review vocabulary (words as the imdb normalizer writes them)
+CLASSIFIER_WORDS = ["great", "good", "fun", "bad", "awful", "boring", "movie", "the", "a", "plot", ",", "!", "<num>"]
+
+
+def tiny_classifier(cell: str = "sr-lstm-p", *, seed: int = 0, max_length: int | None = None, **options):
+    """A randomly initialised tiny sentiment classifier (weights perturbed so every tensor matters), with the
+    imdb normalizer and word tokenizer its folder records."""
+    from dsf_lightning.data.tokenizers import get_tokenizer
+    from dsf_lightning.hub.classifier import DEFAULT_MAX_LENGTH, PretrainedClassifier
+    from dsf_lightning.tasks import SequenceClassifier, Vocabulary
+
+    torch.manual_seed(seed)
+    vocab = Vocabulary(CLASSIFIER_WORDS, unk=True)
+    settings = dict(num_classes=2, vocab_size=len(vocab), cell=cell, hidden_size=8, embedding_size=6,
+                    cell_options={"k": 3} if cell.startswith("sr") else {})
+    settings.update(options)
+    model = SequenceClassifier(**settings)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    model.eval()
+    info = {"corpus": "imdb", "metrics": {"test_accuracy": 0.75, "test_error": 0.25}}
+    return PretrainedClassifier(
+        model=model, vocab=vocab, tokenizer=get_tokenizer("word", eos=None), labels=["negative", "positive"],
+        info=info, normalize="imdb", max_length=DEFAULT_MAX_LENGTH if max_length is None else max_length,
+    )
+
+
+def classifier_logits(model, vocab, texts, max_length=None) -> torch.Tensor:
+    """The module's logits for ``texts``, each run alone (no padding, no batching): normalized with the
+    imdb corpus's own ``normalize_review``, split on spaces, cut at ``max_length`` words."""
+    from dsf_lightning.data.corpora.imdb import normalize_review
+
+    rows = []
+    with torch.no_grad():
+        for text in texts:
+            words = normalize_review(text).split()[:max_length]
+            ids = torch.tensor([vocab.encode(words)])
+            rows.append(model(ids, torch.tensor([ids.shape[1]]))[0])
+    return torch.stack(rows)

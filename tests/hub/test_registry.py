@@ -33,9 +33,10 @@ def isolated_hub(tmp_path, monkeypatch):
 
 
 def test_published_models():
-    assert set(PUBLISHED) == {"delta-rnn-ptb", "delta-rnn-ptb-char"}
+    assert set(PUBLISHED) == {"delta-rnn-ptb", "delta-rnn-ptb-char", "sr-lstm-p-imdb"}
     for name, published in PUBLISHED.items():
         assert published.repo_id == f"dsf-lightning/{name}" and published.bundled == name and published.description
+    assert PUBLISHED["sr-lstm-p-imdb"].task == "text-classification" and PUBLISHED["delta-rnn-ptb"].task == "language-model"
 
 
 def test_a_local_folder_comes_first(tmp_path, tokens):
@@ -100,9 +101,9 @@ def test_an_explicit_revision_bypasses_the_bundled_copy(isolated_hub, monkeypatc
 def test_list_models_command_prints_a_table(isolated_hub, capsys):
     assert list_models_command(argparse.Namespace()) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["name", "source", "repo", "revision"]
+    assert lines[0].split() == ["name", "task", "metric", "value", "parameters", "size", "source"]
     assert any(line.startswith("delta-rnn-ptb ") and "dsf-lightning/delta-rnn-ptb" in line for line in lines)
-    assert any(line.startswith("delta-rnn-ptb-char") for line in lines) and len(lines) == 3
+    assert any(line.startswith("delta-rnn-ptb-char") for line in lines) and len(lines) == 4
 
 
 def test_the_cli_parts_register_subcommands():
