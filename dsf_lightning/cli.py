@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_list_recipes_parsers(what)
     add_reproduce_parser(commands)
     add_score_parser(commands)
+    from .classify_command import add_classify_parser
+
+    add_classify_parser(commands)
     from .generate_command import add_generate_parser
 
     add_generate_parser(commands)
