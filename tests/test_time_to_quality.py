@@ -1,0 +1,39 @@
+"""The time-to-quality benchmark runs end to end at a tiny budget: both contenders train in their own
+processes, are measured by the same evaluation, and the report holds both curves and the budget table.
+No perplexity is asserted beyond being finite: the numbers of a 12-second run mean nothing."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+@pytest.mark.skipif(not (Path(DATA_ROOT) / "ptb" / "ptb.train.txt").is_file(), reason="PTB not under the data root")
+def test_time_to_quality_tiny_run_reports_both_contenders(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DSF_DATA_ROOT": DATA_ROOT}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.time_to_quality", "--minutes", "0.2", "--budgets", "0.1",
+                           "0.2", "--eval-every", "0.1", "--max-valid-tokens", "2000", "--out", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "time_to_quality.json").read_text())
+    for name in ("peer", "ours"):
+        run = report["runs"][name]
+        assert [r["minutes"] for r in run["at_budget"]] == [0.1, 0.2]
+        assert all(math.isfinite(r["test_ppl"]) and r["best_val_ppl"] > 1 for r in run["at_budget"])
+        cpu = [r["cpu_seconds"] for r in run["curve"]]
+        assert cpu == sorted(cpu) and cpu[-1] >= 12.0  # measured until the budget was spent
+    # equal parameters: the peer's 5.66M LSTM and the bundled recipe
+    assert report["info"]["peer"]["parameters"] == 5_656_336
+    assert abs(report["info"]["ours"]["parameters"] / report["info"]["peer"]["parameters"] - 1) < 0.01
+    markdown = (tmp_path / "time_to_quality.md").read_text()
+    assert "| 0.2 |" in markdown and "python -m benchmarks.time_to_quality" in markdown
+    assert (tmp_path / "time_to_quality.png").read_bytes()[:4] == b"\x89PNG"
