@@ -6,6 +6,7 @@
     dsf score --file valid.txt --per-token --json > out.json
     dsf score --model ./my-model --carry-state "first sentence" "second sentence"
     dsf score --normalize none "the market rose"          # text as it is (default: the model's normalizer)
+    dsf score --file wiki.test.txt --streams 16           # the parallel mode: 16 pieces side by side
 
 Text is normalized like the model's training data before it is scored (the model folder's ``normalize``,
 e.g. ``ptb``: lowercase, punctuation dropped, numbers as N, ``it 's``); ``--normalize NAME`` picks one,
@@ -58,6 +59,13 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
                    help="score the TEXTs as one continuous stream, in order (a document)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     p.add_argument("--window", type=int, default=256, help="time steps per forward pass (default 256)")
+    p.add_argument("--streams", type=int, default=1, metavar="S",
+                   help="the parallel mode: cut the document (--file, or the TEXTs with --carry-state) into S "
+                   "contiguous pieces scored side by side, each after a warm-up (default 1: the exact "
+                   "single-stream score; see the README's scoring section for what each gives)")
+    p.add_argument("--warmup", type=int, default=None, metavar="W",
+                   help=f"tokens read before each piece of the parallel mode, not counted (default "
+                   f"{scoring.DEFAULT_WARMUP})")
     p.add_argument("--normalize", default=None, metavar="NAME",
                    help=f"text normalizer applied before tokenizing: {', '.join(list_normalizers())} "
                    "(default: the model's own, e.g. ptb for the PTB models; none: score the text as it is)")
@@ -82,7 +90,8 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
     if args.file:
         _score_file(scorer, args, out)
     else:
-        results = scorer.score(list(args.texts), carry_state=args.carry_state)
+        results = scorer.score(list(args.texts), carry_state=args.carry_state, streams=args.streams,
+                               warmup=args.warmup)
         if args.json:
             _sentences_json(results, args, out)
         else:
@@ -173,10 +182,12 @@ def _score_file(scorer, args, out: TextIO) -> None:
         def on_token(token: str, lp: float) -> None:
             out.write(f"    {token:<16} {lp:>10.4f} {-lp / LN2:>16.4f}\n")
 
-    doc: DocumentScore = scorer.score_document(args.file, window=args.window, progress=True, on_token=on_token)
+    doc: DocumentScore = scorer.score_document(args.file, window=args.window, progress=True, on_token=on_token,
+                                               streams=args.streams, warmup=args.warmup)
     if args.json:
         summary = _clean(doc.to_dict(per_token=False))
         summary.pop("source", None)
+        summary.update(_mode(args))
         if args.per_token:
             rest = json.dumps(summary, ensure_ascii=False)[1:]  # '"num_lines": ..., ...}'
             out.write("\n], " + rest + "\n")
@@ -187,7 +198,16 @@ def _score_file(scorer, args, out: TextIO) -> None:
         return
     if not args.per_token:
         out.write(f"{args.file}\n")
-    out.write(f"    {doc.num_lines} lines, {_summary(doc.num_tokens, doc.num_oov, doc.logprob, doc.ppl, doc.bpc)}\n")
+    mode = _mode(args)
+    how = f" (parallel mode: {mode['streams']} streams, warm-up {mode['warmup']})" if mode["streams"] > 1 else ""
+    out.write(f"    {doc.num_lines} lines, {_summary(doc.num_tokens, doc.num_oov, doc.logprob, doc.ppl, doc.bpc)}{how}\n")
+
+
+def _mode(args) -> dict:
+    """How a document was scored: ``streams`` (1: exact) and the parallel mode's ``warmup`` (None: exact)."""
+    if args.streams == 1:
+        return {"streams": 1, "warmup": None}
+    return {"streams": args.streams, "warmup": scoring.DEFAULT_WARMUP if args.warmup is None else args.warmup}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
