@@ -51,6 +51,13 @@ class Settings:
     compile_vocab: int = 10_000
     compile_cells: tuple[str, ...] = ("delta-rnn", "lstm")
     compile_rounds: int = 5
+    # part 8: scoring a long document, exact vs parallel mode (score-document)
+    sdoc_lines: int | None = None  # PTB test's first lines only (None: all of it)
+    sdoc_streams: int = 16  # the parallel mode timed side by side with the exact one
+    sdoc_warmup: int = 64
+    sdoc_rounds: int = 3
+    sdoc_grid: tuple[tuple[int, int], ...] = tuple((S, W) for S in (4, 16, 64) for W in (0, 16, 64, 256))
+    sdoc_long_grid: tuple[tuple[int, int], ...] = ((16, 0), (16, 64), (64, 0), (64, 64))  # wikitext-2 test
 
     @classmethod
     def for_mode(cls, mode: str, **overrides) -> "Settings":
@@ -63,6 +70,7 @@ class Settings:
                 score_sentences=100, score_batch_sizes=(32,), score_rounds=1, memory_tokens=(10_000, 30_000),
                 scan_lengths=(35, 256), scan_rounds=2, gen_tokens=50, gen_rounds=1,
                 compile_cells=("delta-rnn",), compile_rounds=2,
+                sdoc_lines=500, sdoc_rounds=1, sdoc_grid=((16, 64), (64, 64)), sdoc_long_grid=(),
             )
         elif mode == "tiny":
             s = dataclasses.replace(
@@ -72,6 +80,8 @@ class Settings:
                 memory_tokens=(500, 2_000), scan_lengths=(8,), scan_shapes=((2, 8),), scan_rounds=1,
                 gen_tokens=4, gen_batch_sizes=(1, 2), gen_rounds=1,
                 compile_vocab=100, compile_cells=("delta-rnn",), compile_rounds=1,
+                sdoc_lines=12, sdoc_streams=3, sdoc_warmup=4, sdoc_rounds=1, sdoc_grid=((2, 0), (3, 4)),
+                sdoc_long_grid=(),
             )
         elif mode != "full":
             raise ValueError(f"mode must be full, quick or tiny, got {mode!r}")

@@ -22,6 +22,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -208,6 +209,8 @@ class PartResult:
     rows: list[Row]
     targets: list[Target] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    #: rows as written to results.csv, for a part read back from an earlier run (:func:`read_results`)
+    raw_rows: list[dict[str, Any]] | None = None
 
 
 def fmt_ratio(stat: Stat | None, digits: int = 2) -> str:
@@ -229,7 +232,7 @@ def write_results(out_dir: Path, parts: list[PartResult], *, command: str, machi
     """``RESULTS.md`` (readable), ``results.csv`` (one :class:`Row` a line, :data:`COLUMNS`) and
     ``results.json`` (the machine, the targets and every row) in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [row.as_dict() for part in parts for row in part.rows]
+    rows = [r for part in parts for r in (part.raw_rows if part.raw_rows is not None else [row.as_dict() for row in part.rows])]
     paths = {"md": out_dir / "RESULTS.md", "csv": out_dir / "results.csv", "json": out_dir / "results.json"}
     with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -257,6 +260,29 @@ def write_results(out_dir: Path, parts: list[PartResult], *, command: str, machi
         md += [f"## {p.number}. {p.title}", "", p.markdown.strip(), "", f"_(part {p.number}: {p.seconds:.0f} s)_", ""]
     paths["md"].write_text("\n".join(md), encoding="utf-8")
     return paths
+
+
+def read_results(out_dir: Path) -> tuple[dict[str, Any], list[PartResult]] | None:
+    """The run recorded in ``out_dir`` (``results.json`` and ``RESULTS.md``) as ``(results.json's
+    object, its parts)``, so that ``--only`` can rerun some parts and keep the others; None if there is
+    none or it cannot be read."""
+    try:
+        data = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+        md = (out_dir / "RESULTS.md").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    parts = []
+    for section in re.split(r"(?m)^## (?=\d+\. )", md)[1:]:
+        head, _, body = section.partition("\n")
+        number, _, title = head.partition(". ")
+        n = int(number)
+        timing = re.search(r"\s*_\(part \d+: (\d+) s\)_\s*$", body)  # written again by write_results
+        if timing:
+            body = body[: timing.start()]
+        targets = [Target(t["what"], t["measured"], t["goal"], t["met"]) for t in data.get("targets", []) if t["part"] == n]
+        parts.append(PartResult(n, title.strip(), body.strip(), [], targets, float(timing.group(1)) if timing else 0.0,
+                                raw_rows=[r for r in data.get("rows", []) if int(r["part"]) == n]))
+    return data, parts
 
 
 # -- the machine ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
     OMP_NUM_THREADS=1 python -m benchmarks              # the full suite (~15 min at one thread)
     OMP_NUM_THREADS=1 python -m benchmarks --quick      # a smoke run (under a minute)
-    OMP_NUM_THREADS=1 python -m benchmarks --only 1,3   # some parts
+    OMP_NUM_THREADS=1 python -m benchmarks --only 1,3   # some parts (by number or name); their sections
+                                                        # of an existing RESULTS.md are replaced, the rest kept
     OMP_NUM_THREADS=1 python benchmarks/run.py ...      # the same
 
 Parts:
@@ -13,6 +14,7 @@ Parts:
   5. parallel scans (dsf_lightning.ops.scan) vs their loops at T = 35, 256, 1024
   6. text generation (Scorer.generate): new tokens/s at batch 1 and 8
   7. torch.compile (LanguageModelModule compile=true) vs uncompiled: training step and scoring, compile seconds
+  8. score-document: one long document, exact vs parallel mode (streams) vs the window loop before issue 18
 
 Contenders run round-robin and every ratio is a per-round ratio (the machine is shared and noisy):
 see :mod:`benchmarks._timing`.
@@ -37,7 +39,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`: make `benchmarks` i
     __package__ = "benchmarks"
 
 from benchmarks._settings import Settings  # noqa: E402
-from benchmarks._timing import machine_info, use_threads, use_wall_clock, write_results  # noqa: E402
+from benchmarks._timing import machine_info, read_results, use_threads, use_wall_clock, write_results  # noqa: E402
 
 PARTS = {
     1: "benchmarks.bench_cells",
@@ -47,18 +49,20 @@ PARTS = {
     5: "benchmarks.bench_scan",
     6: "benchmarks.bench_generation",
     7: "benchmarks.bench_compile",
+    8: "benchmarks.bench_score_document",
 }
+#: names ``--only`` takes besides the numbers
+NAMES = {"score-document": 8}
 HERE = Path(__file__).resolve().parent
 
 
 def _parts(text: str) -> list[int]:
-    try:
-        parts = sorted({int(p) for p in text.replace(" ", "").split(",") if p})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--only takes part numbers like 1 or 2,4; got {text!r}") from None
-    bad = [p for p in parts if p not in PARTS]
-    if bad or not parts:
-        raise argparse.ArgumentTypeError(f"parts are {', '.join(map(str, PARTS))}; got {text!r}")
+    items = [p for p in text.replace(" ", "").split(",") if p]
+    parts = sorted({NAMES[p] if p in NAMES else int(p) if p.isdigit() else -1 for p in items})
+    if not parts or any(p not in PARTS for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"--only takes part numbers or names like 1 or 2,4 or score-document (parts: {', '.join(map(str, PARTS))}; "
+            f"names: {', '.join(NAMES)}); got {text!r}")
     return parts
 
 
@@ -69,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="a short smoke run (under a minute)")
     size.add_argument("--tiny", action="store_true", help="the test suite's run: smallest sizes, meaningless numbers")
-    parser.add_argument("--only", type=_parts, default=None, metavar="N[,N...]", help="run only these parts")
+    parser.add_argument("--only", type=_parts, default=None, metavar="N[,N...]",
+                        help=f"run only these parts, by number or name ({', '.join(NAMES)})")
     parser.add_argument("--out", type=Path, default=HERE, help="where RESULTS.md / results.csv / results.json go "
                         "(default: benchmarks/)")
     parser.add_argument("--wall", action="store_true", help="time with the wall clock instead of process CPU time")
@@ -94,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{command}\n" + "\n".join(f"  {k}: {v}" for k, v in machine.items()), flush=True)
 
     results, t0 = [], time.perf_counter()
+    # --only: the other parts of an earlier run in --out are kept, and the rerun ones say when they ran
+    previous = read_results(args.out) if args.only else None
+    kept = [p for p in previous[1] if p.number not in args.only] if previous else []
     for number in args.only or list(PARTS):
         module = importlib.import_module(PARTS[number])
         print(f"\n== part {number} ({PARTS[number]})", flush=True)
@@ -102,13 +110,21 @@ def main(argv: list[str] | None = None) -> int:
         part.seconds = time.perf_counter() - t
         results.append(part)
         print(f"{part.title}\n\n{part.markdown}", flush=True)
+        if previous:
+            part.markdown = (f"_Rerun on its own: `{command}`, {machine['date']}, load average at start "
+                             f"{machine['load average at start']} (the machine otherwise as above)._\n\n{part.markdown}")
         for target in part.targets:
             verdict = {True: "MET", False: "NOT MET", None: "n/a"}[target.met]
             print(f"  target [{verdict}] {target.what}: {target.measured} (goal {target.goal})", flush=True)
         print(f"  ({part.seconds:.0f} s)", flush=True)
         # written after every part: an interrupted run keeps what it measured
-        paths = write_results(args.out, results, command=command, machine=machine,
-                              total_seconds=time.perf_counter() - t0)
+        if previous:
+            data = previous[0]
+            paths = write_results(args.out, sorted(kept + results, key=lambda p: p.number), command=data["command"],
+                                  machine=data["machine"], total_seconds=data.get("total_seconds", 0.0))
+        else:
+            paths = write_results(args.out, results, command=command, machine=machine,
+                                  total_seconds=time.perf_counter() - t0)
     print(f"\nwrote {', '.join(str(p) for p in paths.values())} in {(time.perf_counter() - t0) / 60:.1f} min")
     return 0
 
