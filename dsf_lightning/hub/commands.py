@@ -205,6 +205,9 @@ def _export_onnx(args: argparse.Namespace) -> int:
             "float32 weights and no model card): drop them, or export a folder first"
         )
     source = Path(args.checkpoint).expanduser()
+    if _is_classifier_checkpoint(args.checkpoint):
+        raise ValueError(f"{args.checkpoint} holds a text classifier: --format onnx exports language models only; "
+                         "drop --format onnx to write a classifier folder")
     if source.suffix == ".ckpt" or source.is_file():
         from .format import pretrained_from_checkpoint
 

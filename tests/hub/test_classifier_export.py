@@ -182,6 +182,12 @@ def test_a_recipe_that_builds_another_vocabulary_is_refused(trained, tmp_path, c
 def test_language_model_options_are_refused_for_a_classifier(trained, tmp_path, capsys):
     assert main(["export", str(trained["ckpt"]), str(tmp_path / "w"), "--corpus", "ptb"]) == 1
     assert "--corpus" in capsys.readouterr().err
+    assert main(["export", str(trained["ckpt"]), str(tmp_path / "w.onnx"), "--format", "onnx"]) == 1
+    assert "exports language models only" in capsys.readouterr().err
+    from dsf_lightning.hub import CheckpointError, pretrained_from_checkpoint
+
+    with pytest.raises(CheckpointError, match="holds a SequenceClassifier.*dsf export"):
+        pretrained_from_checkpoint(trained["ckpt"])  # the language-model export's own function says so too
 
 
 def test_a_recipe_naming_a_class_outside_the_task_datamodules_is_refused(trained, tmp_path, capsys):
