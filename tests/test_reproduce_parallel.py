@@ -172,3 +172,21 @@ def test_the_table_shows_a_row_still_training_from_its_progress(tmp_path):
     assert row["message"].startswith("running: 1 epoch(s) so far, last valid loss")
     assert "running: 1 epoch(s) so far" in md.read_text()
     assert (tmp_path / "scrn-table2.curves.png").is_file()
+
+
+def test_classifier_rows_curves_and_best_validation_read_as_error(tmp_path):
+    """A task table's curves and its 'valid measured' are error = 1 - val_acc, not a perplexity of the loss."""
+    from dsf_lightning.reproduce.report import curve_rows, table_rows, validation_metric
+
+    assert validation_metric({"val_acc": 0.75, "val_loss": 0.5}, "error") == pytest.approx(0.25)
+    assert validation_metric({"val_loss": 0.5}, "error") is None
+    assert validation_metric({"val_loss": 0.5}, "ppl") == pytest.approx(1.6487212707)
+    table = get_table("srnn-imdb")
+    key = "lstm-trunc10-l100"
+    state = {"rows": {key: {"status": "done", "measured": 0.3, "metrics": {"best_val_acc": 0.8},
+                            "epochs": [{"epoch": 0, "val_loss": 0.6, "val_acc": 0.7, "cpu_seconds": 10.0},
+                                       {"epoch": 1, "val_loss": 0.5, "val_acc": 0.8, "cpu_seconds": 20.0}]}}}
+    row = next(r for r in table_rows(table, state, "paper", tmp_path) if r["row"] == key)
+    assert row["measured_valid"] == pytest.approx(0.2)
+    curves = curve_rows(table, state, tmp_path)
+    assert [c["val_metric"] for c in curves] == pytest.approx([0.3, 0.2])

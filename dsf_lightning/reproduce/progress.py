@@ -5,7 +5,8 @@ A paper-scale row runs for hours and may be stopped and resumed (``last.ckpt``) 
 
 * ``sittings``: one record per process that trained the row (tokens, training wall seconds, process CPU
   seconds), so the totals include the work of a sitting that was killed mid-epoch;
-* ``epochs``: one record per finished validation (epoch, validation loss and perplexity, cumulative tokens,
+* ``epochs``: one record per finished validation (epoch, every logged ``val_*`` number (loss, perplexity, a
+  classifier's accuracy), cumulative tokens,
   CPU and wall seconds at that point); a resumed run drops the records of epochs it trains again.
 
 :func:`totals` sums the sittings. Wall and CPU seconds are the training loop's (fit: train and validation),
@@ -98,12 +99,12 @@ class RowProgress(L.Callback):
         if trainer.sanity_checking:
             return
         self._tick()
-        loss = trainer.callback_metrics.get("val_loss")
         record: dict[str, Any] = {"epoch": trainer.current_epoch, "step": trainer.global_step}
-        if loss is not None:
-            value = float(loss)
-            record["val_loss"] = value
-            record["val_ppl"] = math.exp(value) if value < 700 else math.inf
+        for name, value in trainer.callback_metrics.items():  # val_loss, and val_acc of a classifier
+            if name.startswith("val_") and getattr(value, "numel", lambda: 1)() == 1:
+                record[name] = float(value)
+        if "val_loss" in record and "val_ppl" not in record:
+            record["val_ppl"] = math.exp(record["val_loss"]) if record["val_loss"] < 700 else math.inf
         record.update(totals(self.progress))
         self.progress["epochs"] = [e for e in self.progress["epochs"] if e["epoch"] != record["epoch"]] + [record]
         self._write(trainer, force=True)

@@ -60,7 +60,9 @@ def _live(entry: dict, folder: Path) -> dict:
     spent, epochs = totals(progress), progress["epochs"]
     last = epochs[-1] if epochs else {}
     text = f"{len(epochs)} epoch(s) so far"
-    if "val_loss" in last:
+    if "val_acc" in last:
+        text += f", last valid accuracy {last['val_acc']:.4f}"
+    elif "val_loss" in last:
         text += f", last valid loss {last['val_loss']:.4f} (PPL {math.exp(min(last['val_loss'], 700.0)):,.2f})"
     return {"cpu_seconds": spent["cpu_seconds"], "wall_seconds": spent["wall_seconds"], "epochs": len(epochs) or None,
             "message": text}
@@ -77,13 +79,14 @@ def table_rows(table: Table, state: dict, scale: str, out: Path | None = None) -
         if live:
             message = f"{status}: {live['message']}" + (f" -- {message}" if message else "")
         measured = entry.get("measured") if done else None
-        best_val = entry.get("metrics", {}).get("best_val_loss") if done else None
+        best = {k[len("best_"):]: v for k, v in entry.get("metrics", {}).items() if k.startswith("best_val_")}
+        best_val = validation_metric(best, row.metric) if done and best else None
         rows_out.append({
             "table": table.id, "row": row.key, "label": row.label, "metric": row.metric, "split": row.split,
             "published": row.published, "measured": measured,
             "difference": (measured - row.published) if measured is not None else None,
             "published_valid": row.published_valid,
-            "measured_valid": _metric_from_loss(best_val, row.metric) if best_val is not None else None,
+            "measured_valid": best_val,
             "status": status, "wall_seconds": live.get("wall_seconds", entry.get("wall_seconds")),
             "cpu_seconds": live.get("cpu_seconds", entry.get("cpu_seconds")),
             "epochs": live.get("epochs", len(entry.get("epochs") or []) or None),
@@ -93,6 +96,13 @@ def table_rows(table: Table, state: dict, scale: str, out: Path | None = None) -
             "commit": entry.get("commit") or "", "message": message,
         })
     return rows_out
+
+
+def validation_metric(record: dict, metric: str) -> float | None:
+    """An epoch's validation in the row's metric: error = 1 - val_acc, else from the mean cross-entropy."""
+    if metric == "error":
+        return 1.0 - record["val_acc"] if "val_acc" in record else None
+    return _metric_from_loss(record["val_loss"], metric) if "val_loss" in record else None
 
 
 def _metric_from_loss(loss: float, metric: str) -> float:
@@ -185,10 +195,11 @@ def curve_rows(table: Table, state: dict, out: Path) -> list[dict]:
     for row in table.rows:
         entry = state.get("rows", {}).get(row.key, {})
         for e in row_epochs(entry, row_folder(out, table.id, row.key)):
-            if "val_loss" not in e:
+            value = validation_metric(e, row.metric)
+            if value is None:
                 continue
-            records.append({"table": table.id, "row": row.key, "epoch": e["epoch"] + 1, "val_loss": e["val_loss"],
-                            "val_metric": _metric_from_loss(e["val_loss"], row.metric), "tokens": e.get("tokens"),
+            records.append({"table": table.id, "row": row.key, "epoch": e["epoch"] + 1, "val_loss": e.get("val_loss"),
+                            "val_metric": value, "tokens": e.get("tokens"),
                             "cpu_seconds": e.get("cpu_seconds"), "wall_seconds": e.get("wall_seconds")})
     return records
 
