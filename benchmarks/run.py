@@ -15,6 +15,8 @@ Parts:
   6. text generation (Scorer.generate): new tokens/s at batch 1 and 8
   7. torch.compile (LanguageModelModule compile=true) vs uncompiled: training step and scoring, compile seconds
   8. score-document: one long document, exact vs parallel mode (streams) vs the window loop before issue 18
+  time-to-quality (not in the default run; hours): ours vs pytorch/examples' LSTM, validation / test perplexity
+     against training CPU minutes: `--only time-to-quality --minutes 80` (see benchmarks/time_to_quality.py)
 
 Contenders run round-robin and every ratio is a per-round ratio (the machine is shared and noisy):
 see :mod:`benchmarks._timing`.
@@ -53,6 +55,9 @@ PARTS = {
 }
 #: names ``--only`` takes besides the numbers
 NAMES = {"score-document": 8}
+#: benchmarks with a command line and report of their own (hours of training, not a part of the suite):
+#: ``python -m benchmarks --only time-to-quality --minutes 80`` runs ``python -m benchmarks.time_to_quality``
+STANDALONE = {"time-to-quality": "benchmarks.time_to_quality"}
 HERE = Path(__file__).resolve().parent
 
 
@@ -62,11 +67,26 @@ def _parts(text: str) -> list[int]:
     if not parts or any(p not in PARTS for p in parts):
         raise argparse.ArgumentTypeError(
             f"--only takes part numbers or names like 1 or 2,4 or score-document (parts: {', '.join(map(str, PARTS))}; "
-            f"names: {', '.join(NAMES)}); got {text!r}")
+            f"names: {', '.join(NAMES)}; on its own: {', '.join(STANDALONE)}); got {text!r}")
     return parts
 
 
+def _standalone(argv: list[str]) -> str | None:
+    """The module of a standalone benchmark named by ``--only NAME`` (or ``--only=NAME``), else None."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--only=") else argv[i + 1] if arg == "--only" and i + 1 < len(argv) else None
+        if value in STANDALONE:
+            return STANDALONE[value]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else list(argv)
+    standalone = _standalone(given)
+    if standalone:  # its own options (e.g. --minutes) follow
+        i = next(i for i, a in enumerate(given) if a.startswith("--only"))
+        rest = given[:i] + given[i + (1 if "=" in given[i] else 2):]
+        return importlib.import_module(standalone).main(rest)
     doc = __doc__.split("\n\n")
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=doc[0],
                                      epilog="\n\n".join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -20,7 +20,7 @@ DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data")
 @pytest.mark.skipif(not (Path(DATA_ROOT) / "ptb" / "ptb.train.txt").is_file(), reason="PTB not under the data root")
 def test_time_to_quality_tiny_run_reports_both_contenders(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DSF_DATA_ROOT": DATA_ROOT}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.time_to_quality", "--minutes", "0.2", "--budgets", "0.1",
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "time-to-quality", "--minutes", "0.2", "--budgets", "0.1",
                            "0.2", "--eval-every", "0.1", "--max-valid-tokens", "2000", "--out", str(tmp_path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
