@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import sys
 import tempfile
 import time
@@ -114,8 +115,19 @@ def throughput(settings: Settings, scorer, path: Path):
                         note=f"PPL {check[name]:.4f} ({dppl:+.3%} vs exact)"))
         body.append([name, f"{rate.median:,.0f} ({rate.min:,.0f}-{rate.max:,.0f})", fmt_ratio(ratio),
                      f"{check[name]:.4f}", f"{dppl:+.3%}"])
+    flops = 2 * scorer.model.config.embedding_size * len(scorer.vocab)  # the decoder's product, per token
+    gflops = t.rate("decoder alone", n * flops / 1e9).median
+    try:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover
+        load = "n/a"
     md = (f"Tokens per CPU second, {case}, {settings.sdoc_rounds} rounds round-robin:\n\n"
-          + md_table(["how", "tokens/s", "vs before", "PPL", "PPL vs exact"], body))
+          + md_table(["how", "tokens/s", "vs before", "PPL", "PPL vs exact"], body)
+          + f"\n\nThe decoder alone ran at {gflops:.0f} GFLOP/s ({flops / 1e6:.2f} MFLOP a token, log-softmax "
+          f"included). Absolute tokens/s depend on what else runs on the machine (load average {load} at the "
+          f"end of the rounds, {os.cpu_count()} cores): compare it with part 2's decoder "
+          "peak; under load every contender slows down, and the ratios, taken round by round side by side, are "
+          "what to compare.")
     return t, n, rows, md, check
 
 
