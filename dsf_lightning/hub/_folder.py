@@ -273,6 +273,17 @@ def _read_json(path: Path) -> Any:
         raise _fail(path, f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
+def _read_format_config(path: Path) -> dict:
+    """config.json at ``path`` (bounded): a JSON object of this library's format, else an error saying so."""
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
+    if config.get("format") != FORMAT:
+        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
+                    "load it with the library that wrote it")
+    return config
+
+
 def _task_of(config: dict, path: Path) -> str:
     task = config.get("task", LANGUAGE_MODEL)  # folders written before the field held language models
     if task not in TASKS:
@@ -288,12 +299,7 @@ def read_config_header(folder: Path, task: str, readable_versions: Iterable[int]
     from .. import __version__
 
     path = folder / CONFIG_FILE
-    config = _read_json(path)
-    if not isinstance(config, dict):
-        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
-    if config.get("format") != FORMAT:
-        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
-                    "load it with the library that wrote it")
+    config = _read_format_config(path)
     found = _task_of(config, path)
     if found != task:
         raise WrongTaskError(
@@ -325,13 +331,7 @@ def folder_task(folder: Path) -> str:
     """The ``task`` of the model folder ``folder`` (read from its config.json, bounded; a folder without
     the field holds a language model)."""
     path = Path(folder) / CONFIG_FILE
-    config = _read_json(path)
-    if not isinstance(config, dict):
-        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
-    if config.get("format") != FORMAT:
-        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
-                    "load it with the library that wrote it")
-    return _task_of(config, path)
+    return _task_of(_read_format_config(path), path)
 
 
 def check_file_records(path: Path, config: dict, names: Iterable[str]) -> None:
