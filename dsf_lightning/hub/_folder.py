@@ -97,6 +97,12 @@ def fingerprint(document: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def tokenizer_record(tokenizer) -> dict:
+    """config.json's ``tokenizer`` record: the tokenizer's kind and the fingerprint of its options and learned
+    state (loading refuses a swapped or edited tokenizer file)."""
+    return {"name": tokenizer.name, "fingerprint": fingerprint(tokenizer.to_dict())}
+
+
 def _check_normalize(name, what: str = "Pretrained.normalize") -> str | None:
     """A normalizer name to record (None for ``"none"`` or None); an unknown one is a ValueError."""
     from ..data.normalize import NormalizerError, get_normalizer
@@ -206,6 +212,35 @@ def round_to_storage(model: torch.nn.Module, dtype: str) -> None:
             p.copy_(p.to(STORAGE_DTYPES[dtype]).to(p.dtype))
 
 
+def plain_info(info: Any, what: str) -> dict:
+    """``info`` (None: ``{}``) as a plain-JSON dict (:func:`_plain_json`), or a ValueError naming ``what``."""
+    info = _plain_json(info if info is not None else {}, what)
+    if not isinstance(info, dict):
+        raise ValueError(f"{what} must be a dict, got {type(info).__name__}")
+    return info
+
+
+def check_vocab_size(vocab, vocab_size: int) -> None:
+    """The vocabulary to save has as many symbols as the model's ``vocab_size``."""
+    if len(vocab) != vocab_size:
+        raise ValueError(f"the vocabulary has {len(vocab):,} symbols but the model's vocab_size is "
+                         f"{vocab_size:,}: they do not belong together")
+
+
+def config_header(task: str) -> dict:
+    """config.json's first fields, the same for every kind: the format, its version, the ``task`` and the
+    versions of dsf-lightning and torch that wrote it."""
+    from .. import __version__
+
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "task": task,
+        "library_version": __version__,
+        "torch_version": torch.__version__.split("+")[0],
+    }
+
+
 def write_folder(
     folder: Path,
     tensors: dict[str, torch.Tensor],
@@ -235,6 +270,34 @@ def write_folder(
     path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
     logger.info("saved %s (%s weights)", path, metadata.get("dtype"))
     return path
+
+
+def save_folder(
+    folder,
+    snapshot,
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, str],
+    texts: dict[str, str],
+    config: dict,
+    *,
+    eval_results: list[dict] | None = None,
+    card_extra: dict | None = None,
+    write_text: Callable[[Path, str], None] = _write_text,
+) -> Path:
+    """:func:`write_folder` with ``snapshot``'s model card (:func:`~.card.build_model_card`, ``eval_results``
+    checked and ``card_extra`` applied). The card is built once before the disk is touched, so bad
+    ``eval_results`` / ``card_extra`` fail early, and again with the sizes of the written files."""
+    from .card import build_model_card, normalize_eval_results
+
+    folder = Path(folder).expanduser()
+    if eval_results is not None:
+        eval_results = normalize_eval_results(eval_results)
+    build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)  # fail early
+
+    def card_for(sizes: dict[str, int]) -> str:
+        return str(build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name))
+
+    return write_folder(folder, tensors, metadata, texts, config, card_for, write_text=write_text)
 
 
 # =============================================================================================== loading
@@ -282,6 +345,19 @@ def _read_format_config(path: Path) -> dict:
         raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
                     "load it with the library that wrote it")
     return config
+
+
+def parse_tokenizer(path: Path, data: bytes):
+    """The tokenizer a folder's ``data`` (read from ``path``, already checked) holds, or an error naming the file."""
+    from ..data.tokenizers import TokenizerError, tokenizer_from_json
+    from ..data.vocab import VocabularyError
+
+    try:
+        return tokenizer_from_json(data.decode("utf-8"))
+    except (TokenizerError, VocabularyError, UnicodeDecodeError) as err:
+        raise _fail(path, f"is not a valid tokenizer ({err})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as err:  # e.g. a user-registered tokenizer's own checks
+        raise _fail(path, f"is not a valid tokenizer ({type(err).__name__}: {err})") from None
 
 
 def _task_of(config: dict, path: Path) -> str:
@@ -440,6 +516,16 @@ def match_state(
             raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected {want.dtype}; {fix}")
         state[name] = got
     return state
+
+
+def load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], dtype: torch.dtype | None = None):
+    """Load the checked ``state`` (:func:`match_state`) into ``model`` strictly and return it in eval mode,
+    cast to ``dtype`` when given (after the checked load)."""
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    if dtype is not None:
+        model.to(dtype)
+    return model
 
 
 def _json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:

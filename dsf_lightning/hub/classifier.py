@@ -44,19 +44,11 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from .. import __version__
 from .._json import JSONLimitError, loads_bounded
-from ..data.tokenizers import (
-    Tokenizer,
-    TokenizerError,
-    get_tokenizer,
-    tokenizer_from_json,
-)
+from ..data.tokenizers import Tokenizer, get_tokenizer
 from ._folder import (
     CONFIG_FILE,
     DSF_TOKENIZER_FILE,
-    FORMAT,
-    FORMAT_VERSION,
     MAX_JSON_BYTES,
     TEXT_CLASSIFICATION,
     VOCAB_FILE,
@@ -72,16 +64,22 @@ from ._folder import (
     _unknown_cell,
     check_file_records,
     check_folder,
+    check_vocab_size,
     cli_configs,
+    config_header,
     fingerprint,
+    load_state,
     match_state,
+    parse_tokenizer,
+    plain_info,
     read_cli_config,
     read_config_header,
     read_weights,
     resolve_dtype,
     round_to_storage,
+    save_folder,
     state_for_saving,
-    write_folder,
+    tokenizer_record,
 )
 
 logger = logging.getLogger(__name__)
@@ -186,7 +184,6 @@ def save_classifier(
     ``card_extra``: card field / metadata overrides (:func:`~dsf_lightning.hub.card.build_model_card`).
     """
     from ..tasks.modules import SequenceClassifier
-    from .card import build_model_card, normalize_eval_results
 
     if not isinstance(pretrained.model, SequenceClassifier):
         raise TypeError(f"pretrained.model must be a SequenceClassifier, got {type(pretrained.model).__name__}")
@@ -194,12 +191,8 @@ def save_classifier(
     if arch["input_mode"] not in TEXT_INPUTS:
         raise ValueError(f"a classifier folder holds a text classifier (input_mode one of {TEXT_INPUTS}); this one reads "
                          f"input_mode={arch['input_mode']!r} features, which have no text to classify")
-    info = _plain_json(pretrained.info if pretrained.info is not None else {}, "PretrainedClassifier.info")
-    if not isinstance(info, dict):
-        raise ValueError(f"PretrainedClassifier.info must be a dict, got {type(info).__name__}")
-    if len(pretrained.vocab) != arch["vocab_size"]:
-        raise ValueError(f"the vocabulary has {len(pretrained.vocab):,} symbols but the model's vocab_size is "
-                         f"{arch['vocab_size']:,}: they do not belong together")
+    info = plain_info(pretrained.info, "PretrainedClassifier.info")
+    check_vocab_size(pretrained.vocab, arch["vocab_size"])
     if not isinstance(pretrained.tokenizer, Tokenizer) or pretrained.tokenizer.eos is not None:
         raise ValueError("PretrainedClassifier.tokenizer must be a dsf_lightning tokenizer without an end symbol "
                          "(get_tokenizer('word', eos=None)): the vocabulary adds the start and end tokens")
@@ -211,34 +204,22 @@ def save_classifier(
         raise ValueError(f"PretrainedClassifier.max_length must be a positive integer or None, got {pretrained.max_length!r}")
     normalize = _check_normalize(pretrained.normalize, "PretrainedClassifier.normalize")
     tensors, metadata = state_for_saving(pretrained.model, dtype)
-    folder = Path(folder).expanduser()
-    if eval_results is not None:
-        eval_results = normalize_eval_results(eval_results)
     snapshot = dataclasses.replace(pretrained, labels=labels, info=info, normalize=normalize)
-    build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)  # fail early
 
     texts = {VOCAB_FILE: pretrained.vocab.to_json(), DSF_TOKENIZER_FILE: pretrained.tokenizer.to_json()}
     config = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "task": TEXT_CLASSIFICATION,
-        "library_version": __version__,
-        "torch_version": torch.__version__.split("+")[0],
+        **config_header(TEXT_CLASSIFICATION),
         "model": arch,
         "labels": labels,
         "max_length": pretrained.max_length,
         "info": info,
         "weights": {"dtype": dtype, "aliases": json.loads(metadata["aliases"])},
-        "files": None,  # filled in by write_folder
-        "tokenizer": {"name": pretrained.tokenizer.name, "fingerprint": fingerprint(pretrained.tokenizer.to_dict())},
+        "files": None,  # filled in by save_folder
+        "tokenizer": tokenizer_record(pretrained.tokenizer),
         "vocabulary": vocabulary_record(pretrained.vocab),
         **({"normalize": normalize} if normalize else {}),
     }
-
-    def card_for(sizes: dict[str, int]) -> str:
-        return str(build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name))
-
-    return write_folder(folder, tensors, metadata, texts, config, card_for)
+    return save_folder(folder, snapshot, tensors, metadata, texts, config, eval_results=eval_results, card_extra=card_extra)
 
 
 # =============================================================================================== loading
@@ -315,11 +296,7 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
 
     vocab = _read_vocab(folder / VOCAB_FILE, _checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES))
     tok_path = folder / DSF_TOKENIZER_FILE
-    tok_bytes = _checked_bytes(folder, DSF_TOKENIZER_FILE, config, MAX_JSON_BYTES)
-    try:
-        tokenizer = tokenizer_from_json(tok_bytes.decode("utf-8"))
-    except (TokenizerError, UnicodeDecodeError, KeyError, TypeError, AttributeError, ValueError) as err:
-        raise _fail(tok_path, f"is not a valid tokenizer ({err})") from None
+    tokenizer = parse_tokenizer(tok_path, _checked_bytes(folder, DSF_TOKENIZER_FILE, config, MAX_JSON_BYTES))
     tok_record, vocab_record = config.get("tokenizer"), config.get("vocabulary")
     if not (isinstance(tok_record, dict) and tok_record.get("fingerprint") == fingerprint(tokenizer.to_dict())
             and tok_record.get("name") == tokenizer.name):
@@ -335,11 +312,7 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
 
     model, expected = _build(arch, path)  # before the weights are read: its tensors bound the file's size
     tensors, _, aliases = read_weights(folder, config, expected, describe(arch))
-    state = match_state(tensors, aliases, expected, describe(arch), str(folder / WEIGHTS_FILE))
-    model.load_state_dict(state, strict=True)
-    model.eval()
-    if dtype is not None:
-        model.to(dtype)
+    load_state(model, match_state(tensors, aliases, expected, describe(arch), str(folder / WEIGHTS_FILE)), dtype)
     return PretrainedClassifier(model=model, vocab=vocab, tokenizer=tokenizer, labels=labels, info=config["info"],
                                 normalize=normalize, max_length=max_length)
 
@@ -489,8 +462,7 @@ def classifier_from_checkpoint(
     model, expected = _build(arch, path, error=CheckpointError, fix=fix)
     state = match_state(dict(ckpt["state_dict"]), {}, expected, describe(arch), f"{path} (state_dict)",
                         described_by="its hyper_parameters", error=CheckpointError, fix=fix)
-    model.load_state_dict(state, strict=True)
-    model.eval()
+    load_state(model, state)
 
     section, source = _data_section(path, hparams, recipe)
     datamodule, args = _datamodule(section, source, data_root)

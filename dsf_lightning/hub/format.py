@@ -48,13 +48,11 @@ from typing import Sequence
 
 import torch
 
-from .. import __version__
 from ..cells import UnknownCellError, get_cell
 from ..data.tokenizers import (
     Tokenizer,
     TokenizerError,
     get_tokenizer,
-    tokenizer_from_json,
 )
 from ..data.vocab import Vocabulary, VocabularyError
 from ..model import LMConfig, ModelConfigError, RecurrentLM
@@ -92,18 +90,23 @@ from ._folder import (  # noqa: F401 - the shared folder mechanics, importable f
     _write_text,
     check_file_records,
     check_folder,
+    check_vocab_size,
     cli_configs,
+    config_header,
     fingerprint,
+    load_state,
     match_state,
+    parse_tokenizer,
+    plain_info,
     read_cli_config,
     read_config_header,
     read_weights,
     resolve_dtype,
     round_to_storage,
+    save_folder,
     state_for_saving,
-    write_folder,
+    tokenizer_record,
 )
-from .card import build_model_card, normalize_eval_results
 from .hf_tokenizer import hf_tokenizer_json
 
 logger = logging.getLogger(__name__)
@@ -178,55 +181,37 @@ def save_pretrained(
     """
     if not isinstance(pretrained.model, RecurrentLM):
         raise TypeError(f"pretrained.model must be a RecurrentLM, got {type(pretrained.model).__name__}")
-    info = _plain_json(pretrained.info if pretrained.info is not None else {}, "Pretrained.info")
-    if not isinstance(info, dict):
-        raise ValueError(f"Pretrained.info must be a dict, got {type(info).__name__}")
-    if len(pretrained.vocab) != pretrained.model.config.vocab_size:
-        raise ValueError(
-            f"the vocabulary has {len(pretrained.vocab):,} symbols but the model's vocab_size is "
-            f"{pretrained.model.config.vocab_size:,}: they do not belong together"
-        )
+    info = plain_info(pretrained.info, "Pretrained.info")
+    check_vocab_size(pretrained.vocab, pretrained.model.config.vocab_size)
     tensors, metadata = weights_for_saving(pretrained.model, dtype)
-    folder = Path(folder).expanduser()
-    # build the card before touching the disk, so bad eval_results / card_extra fail early
-    if eval_results is not None:
-        eval_results = normalize_eval_results(eval_results)
     normalize = _check_normalize(pretrained.normalize)
     snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info, normalize)
     hf_tokenizer = hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab)
-    build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)
 
     texts = {VOCAB_FILE: pretrained.vocab.to_json(), DSF_TOKENIZER_FILE: pretrained.tokenizer.to_json()}
     if hf_tokenizer is not None:
         texts[HF_TOKENIZER_FILE] = hf_tokenizer
     config = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "task": LANGUAGE_MODEL,
-        "library_version": __version__,
-        "torch_version": torch.__version__.split("+")[0],
+        **config_header(LANGUAGE_MODEL),
         "model": pretrained.model.config.to_dict(),
         "info": info,
         "weights": {"dtype": dtype, "tied_weights": json.loads(metadata["tied_weights"]), "aliases": json.loads(metadata["aliases"])},
-        "files": None,  # filled in by write_folder: the sha256 and size of every file above
+        "files": None,  # filled in by save_folder: the sha256 and size of every file above
         # what the model was trained with: checked on load, so a swapped tokenizer.json / vocab.json is
         # refused even when a forger rehashed "files" (issue 13 item 6)
         **identity_records(pretrained.tokenizer, pretrained.vocab),
         **({"normalize": normalize} if normalize else {}),  # the text normalizer (absent: none)
     }
-
-    def card_for(sizes: dict[str, int]) -> str:
-        return str(build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name))
-
     # _write_text is looked up here, at call time (tests replace it to fail or die mid-save)
-    return write_folder(folder, tensors, metadata, texts, config, card_for, write_text=_write_text)
+    return save_folder(folder, snapshot, tensors, metadata, texts, config, eval_results=eval_results,
+                       card_extra=card_extra, write_text=_write_text)
 
 
 def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
     """config.json's ``tokenizer`` and ``vocabulary`` records: which tokenizer (kind and fingerprint of its
     options and learned state) and which vocabulary (size and fingerprint) the model was trained with."""
     return {
-        "tokenizer": {"name": tokenizer.name, "fingerprint": fingerprint(tokenizer.to_dict())},
+        "tokenizer": tokenizer_record(tokenizer),
         "vocabulary": {"size": len(vocab), "fingerprint": fingerprint(vocab.to_dict())},
     }
 
@@ -354,12 +339,7 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     for name in OPTIONAL_CHECKSUMMED if config["format_version"] >= 2 else ():
         if name in config["files"]:  # not read by this library, but served to tokenizers users: must be intact
             _checked_bytes(folder, name, config, MAX_JSON_BYTES)
-    try:
-        tokenizer = tokenizer_from_json(tok_bytes.decode("utf-8"))
-    except (TokenizerError, VocabularyError, UnicodeDecodeError) as err:
-        raise _fail(tok_path, f"is not a valid tokenizer ({err})") from None
-    except (KeyError, TypeError, AttributeError, ValueError) as err:  # e.g. a user-registered tokenizer's own checks
-        raise _fail(tok_path, f"is not a valid tokenizer ({type(err).__name__}: {err})") from None
+    tokenizer = parse_tokenizer(tok_path, tok_bytes)
     if len(vocab) != lm_config.vocab_size:
         raise _fail(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
     if tokenizer.eos != vocab.eos:
@@ -372,11 +352,7 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     tied = _json_metadata(meta, "tied_weights", weights_path)
     if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
         raise _fail(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
-    state = match_state(tensors, aliases, expected, _describe(lm_config), str(weights_path))
-    model.load_state_dict(state, strict=True)
-    model.eval()
-    if dtype is not None:
-        model.to(dtype)
+    load_state(model, match_state(tensors, aliases, expected, _describe(lm_config), str(weights_path)), dtype)
     info = config["info"]
     normalize = config.get("normalize")  # a name this installation may not know: the Scorer says so
     if normalize is not None and not (isinstance(normalize, str) and normalize.strip()):
@@ -455,8 +431,7 @@ def pretrained_from_checkpoint(
         state, {}, expected, _describe(config), f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
         fix="was the checkpoint written by LanguageModelModule with these settings?",
     )
-    model.load_state_dict(checked, strict=True)
-    model.eval()
+    load_state(model, checked)
 
     settings = {}
     dm = ckpt.get("datamodule_hyper_parameters")
