@@ -187,14 +187,12 @@ def _table(rows: list[tuple[str, str]], header: tuple[str, str]) -> str:
 
 
 def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int], name: str, repo_id: str) -> dict[str, str]:
-    from .. import __version__
     from ..model import count_parameters
 
     cfg, info, tok = pretrained.model.config, pretrained.info, pretrained.tokenizer
-    family = cell_family(cfg.cell)
     corpus = info.get("corpus", "an unnamed corpus")
     metric_word = "bits per character" if tok.name == "char" else "perplexity"
-    description = info.get("description") or (
+    description = (
         f"A {cfg.cell} recurrent language model ({len(cfg.hidden_sizes)} layer(s) of "
         f"{', '.join(map(str, cfg.hidden_sizes))} units) trained on {corpus} with "
         f"dsf-lightning, {tok.name}-level, "
@@ -213,12 +211,10 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
         ("vocabulary", f"{len(pretrained.vocab):,} symbols" + (f", unknown symbol `{pretrained.vocab.unk}`" if pretrained.vocab.unk else ", closed")),
         ("tokenizer", f"`{tok.name}` `{json.dumps(tok.options())}`"),
     ]
-    recipe = _recipe_table(info)
     metrics_table = _metrics_table(eval_entries)
     note = dynamic_evaluation_note(info.get("metrics"))
     if note:
         metrics_table += "\n\n" + note
-    comparison = _comparison(info)
     metric_attr = "bpc" if tok.name == "char" else "ppl"
     example = json.dumps(example_text(pretrained), ensure_ascii=False)
     hf_note = ("`tokenizer.json` is a Hugging Face `tokenizers` file giving the model's ids exactly "
@@ -252,27 +248,38 @@ is dsf-lightning's own tokenizer."""
         "dsf_tokenizer.json": "the tokenizer's options and learned state",
         "tokenizer.json": "the same tokenizer as a Hugging Face `tokenizers` file (same ids)",
     }
-    files_table = _files_table(files, descriptions)
-    citation = CITATIONS.get(family, f"See the paper that introduced the `{cfg.cell}` cell.")
+    return _fields(
+        info, name=name, repo_id=repo_id, cell=cfg.cell, description=description, architecture=arch,
+        intended_use=f"Scoring text like {corpus}: per-token log-probabilities, surprisal and {metric_word}; a baseline "
+        "for research on simple recurrent language models. It also generates text (`Scorer.generate`, `dsf generate`), "
+        "as small recurrent models do: locally fluent, not meant to be read as fact.",
+        limitations=f"It knows only the {len(pretrained.vocab):,} symbols of its vocabulary"
+        + (f" (others become `{pretrained.vocab.unk}`)" if pretrained.vocab.unk else " (other symbols are an error)")
+        + f" and the domain of {corpus}; scores of text from other domains or tokenized differently are not comparable.",
+        metrics_table=metrics_table, how_to_score=how_to_score, files=files, descriptions=descriptions,
+    )
+
+
+def _fields(info: dict, *, name: str, repo_id: str, cell: str, description: str, architecture: list[tuple[str, str]],
+            intended_use: str, limitations: str, metrics_table: str, how_to_score: str, files: dict[str, int],
+            descriptions: dict[str, str]) -> dict[str, str]:
+    """The template's fields (:data:`FIELDS`) from what each kind of model describes its own way; ``info``'s
+    ``description``, ``intended_use`` and ``limitations`` take the place of the defaults given here."""
+    from .. import __version__
+
     return {
         "model_name": name,
         "repo_id": repo_id,
-        "description": description,
-        "architecture_table": _table(arch, ("", "")),
-        "intended_use": info.get("intended_use")
-        or f"Scoring text like {corpus}: per-token log-probabilities, surprisal and {metric_word}; a baseline for "
-        "research on simple recurrent language models. It also generates text (`Scorer.generate`, `dsf generate`), "
-        "as small recurrent models do: locally fluent, not meant to be read as fact.",
-        "limitations": info.get("limitations")
-        or f"It knows only the {len(pretrained.vocab):,} symbols of its vocabulary"
-        + (f" (others become `{pretrained.vocab.unk}`)" if pretrained.vocab.unk else " (other symbols are an error)")
-        + f" and the domain of {corpus}; scores of text from other domains or tokenized differently are not comparable.",
-        "recipe": recipe,
+        "description": info.get("description") or description,
+        "architecture_table": _table(architecture, ("", "")),
+        "intended_use": info.get("intended_use") or intended_use,
+        "limitations": info.get("limitations") or limitations,
+        "recipe": _recipe_table(info),
         "metrics_table": metrics_table,
-        "comparison": comparison,
+        "comparison": _comparison(info),
         "how_to_score": how_to_score,
-        "files": files_table,
-        "citation": citation,
+        "files": _files_table(files, descriptions),
+        "citation": CITATIONS.get(cell_family(cell), f"See the paper that introduced the `{cell}` cell."),
         "library_version": __version__,
     }
 
@@ -317,8 +324,6 @@ def _files_table(files: dict[str, int], descriptions: dict[str, str]) -> str:
 
 def _classifier_fields(pretrained, eval_entries: list[dict], files: dict[str, int], name: str, repo_id: str) -> dict[str, str]:
     """The template's fields for a text classifier (:class:`~dsf_lightning.hub.classifier.PretrainedClassifier`)."""
-    from .. import __version__
-
     arch, info, tok, vocab = pretrained.config, pretrained.info, pretrained.tokenizer, pretrained.vocab
     corpus = info.get("corpus", "an unnamed data set")
     options = arch.get("cell_options") or {}
@@ -326,7 +331,7 @@ def _classifier_fields(pretrained, eval_entries: list[dict], files: dict[str, in
     labels = ", ".join(pretrained.labels)
     reads = f"the first {pretrained.max_length:,} symbols of each text" if pretrained.max_length else "whole texts"
     level = "character" if tok.name == "char" else tok.name
-    description = info.get("description") or (
+    description = (
         f"A {arch['cell']} text classifier ({arch['hidden_size']} units{centroids}) trained on {corpus} with "
         f"dsf-lightning. It reads {level}-level text ({len(vocab):,} symbols) and gives one of {len(pretrained.labels)} "
         f"labels ({labels}) with the probability of each. Its headline metric is accuracy."
@@ -371,25 +376,14 @@ empty text is the model's reading of its start and end tokens alone."""
         "vocab.json": "the vocabulary (special symbols, then the symbols in id order)",
         "dsf_tokenizer.json": "the tokenizer that splits normalized text into symbols",
     }
-    return {
-        "model_name": name,
-        "repo_id": repo_id,
-        "description": description,
-        "architecture_table": _table(arch_rows, ("", "")),
-        "intended_use": info.get("intended_use")
-        or f"Classifying text like {corpus} into {labels}; a baseline for research on (state-regularized) recurrent "
-        "classifiers, whose centroids can be read as the states of an automaton (sr-RNN paper sec. 5).",
-        "limitations": info.get("limitations")
-        or f"It knows only the {len(vocab):,} symbols of its vocabulary and the domain of {corpus}; it reads {reads}, "
-        "so the end of a longer text does not change its label. Accuracy on other kinds of text is unknown.",
-        "recipe": _recipe_table(info),
-        "metrics_table": metrics_table,
-        "comparison": _comparison(info),
-        "how_to_score": how_to_score,
-        "files": _files_table(files, descriptions),
-        "citation": CITATIONS.get(cell_family(arch["cell"]), f"See the paper that introduced the `{arch['cell']}` cell."),
-        "library_version": __version__,
-    }
+    return _fields(
+        info, name=name, repo_id=repo_id, cell=arch["cell"], description=description, architecture=arch_rows,
+        intended_use=f"Classifying text like {corpus} into {labels}; a baseline for research on (state-regularized) "
+        "recurrent classifiers, whose centroids can be read as the states of an automaton (sr-RNN paper sec. 5).",
+        limitations=f"It knows only the {len(vocab):,} symbols of its vocabulary and the domain of {corpus}; it reads "
+        f"{reads}, so the end of a longer text does not change its label. Accuracy on other kinds of text is unknown.",
+        metrics_table=metrics_table, how_to_score=how_to_score, files=files, descriptions=descriptions,
+    )
 
 
 def _prototypes_table(prototypes: Any) -> str:
