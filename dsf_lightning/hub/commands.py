@@ -80,6 +80,17 @@ def _json_arg(text: str | None, what: str) -> Any:
         raise ValueError(f"{what}: not JSON and not a JSON file ({err.msg})") from None
 
 
+def _card_options(args: argparse.Namespace) -> tuple[list | None, dict | None, Any]:
+    """``dsf export``'s ``--eval-results`` (a JSON list), ``--info`` (a JSON object) and ``--card-extra``."""
+    eval_results = _json_arg(args.eval_results, "--eval-results")
+    info = _json_arg(args.info, "--info")
+    if eval_results is not None and not isinstance(eval_results, list):
+        raise ValueError("--eval-results must be a JSON list of results")
+    if info is not None and not isinstance(info, dict):
+        raise ValueError("--info must be a JSON object")
+    return eval_results, info, _json_arg(args.card_extra, "--card-extra")
+
+
 def _key_value(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -103,13 +114,7 @@ def export_command(args: argparse.Namespace) -> int:
     if given:
         raise ValueError(f"{', '.join(given)} belong(s) to text classifiers (a SequenceClassifier checkpoint); "
                          f"{args.checkpoint} holds a language model: drop them (--corpus names its data)")
-    eval_results = _json_arg(args.eval_results, "--eval-results")
-    info = _json_arg(args.info, "--info")
-    if eval_results is not None and not isinstance(eval_results, list):
-        raise ValueError("--eval-results must be a JSON list of results")
-    if info is not None and not isinstance(info, dict):
-        raise ValueError("--info must be a JSON object")
-    card_extra = _json_arg(args.card_extra, "--card-extra")
+    eval_results, info, card_extra = _card_options(args)
     folder = export_checkpoint(
         args.checkpoint,
         args.output,
@@ -170,15 +175,10 @@ def _export_classifier(args: argparse.Namespace) -> int:
     if given:
         raise ValueError(f"{', '.join(given)} belong(s) to language models; {args.checkpoint} holds a text classifier "
                          "(its data comes from the run's config.yaml or --recipe): drop them")
-    eval_results = _json_arg(args.eval_results, "--eval-results")
-    info = _json_arg(args.info, "--info")
-    if eval_results is not None and not isinstance(eval_results, list):
-        raise ValueError("--eval-results must be a JSON list of results")
-    if info is not None and not isinstance(info, dict):
-        raise ValueError("--info must be a JSON object")
+    eval_results, info, card_extra = _card_options(args)
     folder = export_classifier_checkpoint(
         args.checkpoint, args.output, recipe=args.recipe, data_root=args.data_root, dtype=args.dtype,
-        eval_results=eval_results, info=info, card_extra=_json_arg(args.card_extra, "--card-extra"),
+        eval_results=eval_results, info=info, card_extra=card_extra,
         evaluate=tuple(s for s in (args.evaluate or "").split(",") if s),
         prototypes=0 if args.prototypes is False else args.prototypes, max_length=args.max_length,
     )
