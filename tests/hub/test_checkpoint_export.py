@@ -157,6 +157,16 @@ def test_dsf_export_command_errors_are_one_line(trained, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_dsf_export_card_options_are_checked_before_the_checkpoint_is_read(tmp_path, capsys):
+    missing = str(tmp_path / "missing.ckpt")
+    assert _cli(["export", missing, str(tmp_path / "out"), "--eval-results", '{"metric": "ppl"}']) == 1
+    assert capsys.readouterr().err == "error: --eval-results must be a JSON list of results\n"
+    assert _cli(["export", missing, str(tmp_path / "out"), "--info", "[1]"]) == 1
+    assert capsys.readouterr().err == "error: --info must be a JSON object\n"
+    assert _cli(["export", missing, str(tmp_path / "out"), "--card-extra", "{not json"]) == 1
+    assert capsys.readouterr().err.startswith("error: --card-extra: not JSON and not a JSON file")
+
+
 def test_export_evaluates_the_stored_weights_on_the_split_files(trained, tmp_path):
     """--evaluate scores each split's file with the weights as stored (float16 here); a user who scores
     the same file with the exported folder gets the card's number."""
