@@ -1,22 +1,16 @@
 """The client side of the classifier Hub round trip, run in a subprocess: the loopback Hub server
-(tests/hub/hub_server.py) is started here and HF_ENDPOINT pointed at it before huggingface_hub is imported
-(it reads its settings at import).
+(tests/hub/hub_server.py) is started here (``run_client``) and HF_ENDPOINT pointed at it before huggingface_hub
+is imported (it reads its settings at import).
 
 ``python -m tests.hub.classifier_hub_client PLAN.json`` prints one JSON line of results.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
-from .hub_server import FakeHub
+from .hub_server import FakeHub, run_client
 
 
-def main(plan: dict) -> dict:
-    hub = FakeHub().start()
-    os.environ["HF_ENDPOINT"] = hub.url
+def main(hub: FakeHub, plan: dict) -> dict:
     import torch
     from safetensors.torch import load_file
 
@@ -50,11 +44,8 @@ def main(plan: dict) -> dict:
     out["second_oid"] = v2.push_to_hub("owner/tiny-clf", commit_message="second").oid
     out["main_matches"] = matches(SequenceClassifier.from_pretrained("owner/tiny-clf"))
     out["revision_matches"] = matches(SequenceClassifier.from_pretrained("owner/tiny-clf", revision=first.oid))
-    out["unhandled"] = [c for c in hub.calls if c[1].startswith("UNHANDLED")]
-    hub.stop()
     return out
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(json.dumps(main(json.load(f))))
+    run_client(main)

@@ -1,18 +1,16 @@
 """huggingface_hub-style loading keywords against the loopback Hub, run in a subprocess: the Hub server
-(tests/hub/hub_server.py) is started here first and HF_ENDPOINT pointed at it before huggingface_hub is
-imported (it reads its settings at import), so every step's requests can be counted.
+(tests/hub/hub_server.py) is started here first (``run_client``) and HF_ENDPOINT pointed at it before
+huggingface_hub is imported (it reads its settings at import), so every step's requests can be counted.
 
 ``python -m tests.hub.hf_loading_client PLAN.json`` prints one JSON line of results.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 
-from .hub_server import FakeHub
+from .hub_server import FakeHub, run_client
 
 
 def _resolve_gets(hub: FakeHub, since: int) -> int:
@@ -27,9 +25,7 @@ def _error(call) -> dict:
     return {"type": None, "message": "no error"}
 
 
-def main(plan: dict) -> dict:
-    hub = FakeHub().start()
-    os.environ["HF_ENDPOINT"] = hub.url
+def main(hub: FakeHub, plan: dict) -> dict:
     import torch
     from safetensors.torch import load_file
 
@@ -121,11 +117,8 @@ def main(plan: dict) -> dict:
     out["saved_equal"] = torch.equal(logits(again), logits(model))
     out["saved_files"] = sorted(p.name for p in Path(saved).iterdir())
     out["saved_loads_as_scorer"] = dsf.from_pretrained(saved).score("w1 w2").logprob
-    out["unhandled"] = [c for c in hub.calls if c[1].startswith("UNHANDLED")]
-    hub.stop()
     return out
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(json.dumps(main(json.load(f))))
+    run_client(main)

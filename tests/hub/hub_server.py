@@ -28,10 +28,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
+import sys
 import threading
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 REPO = r"(?P<repo>[^/]+/[^/]+)"
@@ -40,6 +43,23 @@ GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
 
 def git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def run_client(main: Callable[["FakeHub", dict], dict]) -> None:
+    """The ``__main__`` of a client module run in a subprocess (``python -m tests.hub.<client> PLAN.json``):
+    start a FakeHub and point HF_ENDPOINT at it before ``main`` imports huggingface_hub (which reads its
+    settings at import), run ``main(hub, plan)``, and print its results with the requests the server could not
+    handle (``unhandled``) as one JSON line."""
+    with open(sys.argv[1]) as f:
+        plan = json.load(f)
+    hub = FakeHub().start()
+    os.environ["HF_ENDPOINT"] = hub.url
+    try:
+        out = main(hub, plan)
+        out["unhandled"] = [c for c in hub.calls if c[1].startswith("UNHANDLED")]
+    finally:
+        hub.stop()
+    print(json.dumps(out))
 
 
 class HubError(Exception):
