@@ -7,6 +7,8 @@ import json
 import os
 import pickle
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from dsf_lightning.hub import Pretrained, save_pretrained
 from dsf_lightning.model import LMConfig, RecurrentLM
 
 V = 13
+ROOT = Path(__file__).parents[2]
 
 
 def tiny_pretrained(cell: str = "delta-rnn", *, tie: bool = True, tokenizer: str = "word", seed: int = 0, **config) -> Pretrained:
@@ -121,6 +124,15 @@ def client_env(tmp_path: Path, endpoint: str | None, offline: bool) -> dict:
     if endpoint:
         env["HF_ENDPOINT"] = endpoint
     return env
+
+
+def client_results(module: str, *args, env: dict) -> dict:
+    """Run ``python -m tests.hub.<module> ARGS`` from the repository root in a fresh interpreter (huggingface_hub
+    reads ``env``'s HF_* settings at import) and return the JSON line it prints last."""
+    result = subprocess.run([sys.executable, "-m", f"tests.hub.{module}", *map(str, args)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 # ------------------------------------------------------------------------------------------- classifiers

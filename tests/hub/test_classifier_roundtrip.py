@@ -2,18 +2,13 @@
 client against the loopback Hub server (tests/hub/hub_server.py), in a subprocess."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
 from dsf_lightning.hub.classifier import save_classifier
 
-from .conftest import client_env, tiny_classifier
-
-ROOT = Path(__file__).parents[2]
+from .conftest import client_env, client_results, tiny_classifier
 
 
 def test_push_then_from_pretrained_owner_name(tmp_path):
@@ -32,12 +27,7 @@ def test_push_then_from_pretrained_owner_name(tmp_path):
     save_file(expected, tmp_path / "expected.safetensors")
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"folders": folders, "expected": str(tmp_path / "expected.safetensors")}))
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.hub.classifier_hub_client", str(plan)],
-        cwd=ROOT, env=client_env(tmp_path, None, offline=False), capture_output=True, text=True, timeout=240,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = client_results("classifier_hub_client", plan, env=client_env(tmp_path, None, offline=False))
     assert out["type"] == "TextClassifier" and out["matches"] == ["v1"] and out["class_matches"] == ["v1"]
     assert out["labels"] == ["negative", "positive"] and out["classified"]["num_tokens"] == 4
     assert out["files"] == ["README.md", "config.json", "dsf_tokenizer.json", "model.safetensors", "vocab.json"]

@@ -5,8 +5,6 @@ shape of huggingface_hub's ``PyTorchModelHubMixin``, strict loading kept). The k
 the loopback Hub server (tests/hub/hub_server.py) with the real client, in a subprocess."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +15,8 @@ import dsf_lightning as dsf
 from dsf_lightning import RecurrentLM
 from dsf_lightning.hub import PretrainedFormatError, save_pretrained
 
-from .conftest import client_env, logits_of, tiny_pretrained
+from .conftest import client_env, client_results, logits_of, tiny_pretrained
 
-ROOT = Path(__file__).parents[2]
 HUB_KEYWORDS = ("cache_dir", "force_download", "local_files_only", "revision", "token")
 
 
@@ -29,12 +26,7 @@ def test_hub_keywords_against_the_loopback_server(tmp_path, tokens):
     save_file({"tokens": tokens, **{n: logits_of(p.model, tokens) for n, p in versions.items()}}, tmp_path / "expected.safetensors")
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"folders": folders, "expected": str(tmp_path / "expected.safetensors"), "tmp": str(tmp_path)}))
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.hub.hf_loading_client", str(plan)],
-        cwd=ROOT, env=client_env(tmp_path, None, offline=False), capture_output=True, text=True, timeout=240,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = client_results("hf_loading_client", plan, env=client_env(tmp_path, None, offline=False))
 
     # RecurrentLM.from_pretrained returns the plain module with the folder's weights; push_to_hub publishes it
     assert out["v1_type"] == "RecurrentLM" and out["v1_matches"] == ["v1"]

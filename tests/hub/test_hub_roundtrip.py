@@ -2,19 +2,15 @@
 server on loopback (tests/hub/hub_server.py), the client in subprocesses with HF_ENDPOINT pointing at it."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from safetensors.torch import save_file
 
 from dsf_lightning.hub import save_pretrained
 
-from .conftest import client_env, logits_of, tiny_pretrained
+from .conftest import client_env, client_results, logits_of, tiny_pretrained
 from .hub_server import FakeHub
 
-ROOT = Path(__file__).parents[2]
 EVAL_RESULTS = [
     {"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"},
     {"metric": "perplexity", "value": 97.5, "dataset": "ptb", "split": "validation"},
@@ -28,15 +24,6 @@ def hub():
     server.stop()
 
 
-def _client(phase, plan_path, env):
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.hub.hub_client", phase, str(plan_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def test_push_then_download_with_the_real_client(tmp_path, hub, tokens):
     versions = {name: tiny_pretrained(seed=seed) for seed, name in enumerate(("v1", "v2", "v3"))}
     folders = {name: str(save_pretrained(p, tmp_path / name, eval_results=EVAL_RESULTS)) for name, p in versions.items()}
@@ -46,7 +33,7 @@ def test_push_then_download_with_the_real_client(tmp_path, hub, tokens):
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(plan))
 
-    out = _client("online", plan_path, client_env(tmp_path, hub.url, offline=False))
+    out = client_results("hub_client", "online", plan_path, env=client_env(tmp_path, hub.url, offline=False))
     assert out["endpoint"] == hub.url and out["offline"] is False
     # first push, then resolve("owner/name") downloads a snapshot that loads to the very same logits
     assert out["first"]["url"] == f"{hub.url}/owner/tiny-delta/commit/{out['first']['oid']}"
@@ -75,7 +62,8 @@ def test_push_then_download_with_the_real_client(tmp_path, hub, tokens):
     hub.stop()
     plan["pinned"] = out["first"]["oid"]
     plan_path.write_text(json.dumps(plan))
-    off = _client("offline", plan_path, client_env(tmp_path, hub_url_unreachable := "http://127.0.0.1:9", offline=True))
+    off = client_results("hub_client", "offline", plan_path,
+                         env=client_env(tmp_path, hub_url_unreachable := "http://127.0.0.1:9", offline=True))
     assert hub_url_unreachable and off["offline"] is True
     assert off["main_matches"] == ["v2"] and off["pinned_matches"] == ["v1"]
     assert "HF_HUB_OFFLINE is set" in off["uncached_error"] and "owner/never-downloaded" in off["uncached_error"]
