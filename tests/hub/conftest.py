@@ -60,6 +60,20 @@ def folder(tmp_path, pretrained) -> Path:
     return save_pretrained(pretrained, tmp_path / "tiny")
 
 
+@pytest.fixture
+def isolated_hub(tmp_path, monkeypatch) -> Path:
+    """No bundled copies (they go to ``tmp_path / "bundled"``), an empty Hub cache and offline mode (read by
+    huggingface_hub at call time)."""
+    import huggingface_hub.constants as constants
+
+    from dsf_lightning.hub import registry
+
+    monkeypatch.setattr(registry, "BUNDLED_ROOT", tmp_path / "bundled")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+    return tmp_path
+
+
 def rehash(folder: Path) -> None:
     """Make config.json's checksums agree with the files again (a forger would do the same), so a
     test reaches the structural checks behind the checksum."""

@@ -3,8 +3,6 @@
 
 import argparse
 
-import pytest
-
 from dsf_lightning.hub import PUBLISHED, list_models, load_pretrained, registry
 from dsf_lightning.hub.classifier import save_classifier
 from dsf_lightning.hub.commands import list_models_command
@@ -39,20 +37,10 @@ def test_the_bundled_word_model_shows_its_test_perplexity(capsys):
     assert rows["sr-lstm-p-imdb"][1] == "text-classification"
 
 
-@pytest.fixture
-def isolated(tmp_path, monkeypatch):
-    import huggingface_hub.constants as constants
-
-    monkeypatch.setattr(registry, "BUNDLED_ROOT", tmp_path / "bundled")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
-    return tmp_path
-
-
-def test_a_bundled_classifier_shows_its_accuracy_and_a_missing_model_its_source(isolated, capsys):
+def test_a_bundled_classifier_shows_its_accuracy_and_a_missing_model_its_source(isolated_hub, capsys):
     clf = tiny_classifier()
-    save_classifier(clf, isolated / "bundled" / "sr-lstm-p-imdb", dtype="float16")
-    save_pretrained(tiny_pretrained(), isolated / "bundled" / "delta-rnn-ptb")
+    save_classifier(clf, isolated_hub / "bundled" / "sr-lstm-p-imdb", dtype="float16")
+    save_pretrained(tiny_pretrained(), isolated_hub / "bundled" / "delta-rnn-ptb")
     rows = _table(capsys)
     parameters = sum(p.numel() for p in clf.model.parameters())
     assert rows["sr-lstm-p-imdb"][:5] == ["sr-lstm-p-imdb", "text-classification", "test accuracy", "75.00%", f"{parameters:,}"]
@@ -67,8 +55,8 @@ def test_a_bundled_classifier_shows_its_accuracy_and_a_missing_model_its_source(
     assert listed["delta-rnn-ptb-char"]["value"] is None
 
 
-def test_a_broken_bundled_folder_is_listed_not_fatal(isolated, capsys):
-    folder = save_classifier(tiny_classifier(), isolated / "bundled" / "sr-lstm-p-imdb")
+def test_a_broken_bundled_folder_is_listed_not_fatal(isolated_hub, capsys):
+    folder = save_classifier(tiny_classifier(), isolated_hub / "bundled" / "sr-lstm-p-imdb")
     (folder / "config.json").write_text("{not json")
     rows = _table(capsys)
     assert rows["sr-lstm-p-imdb"][2] == "unreadable" and rows["sr-lstm-p-imdb"][6] == "bundled"

@@ -21,17 +21,6 @@ from dsf_lightning.hub.commands import add_export_parser, add_list_models_parser
 from .conftest import logits_of, tiny_pretrained
 
 
-@pytest.fixture
-def isolated_hub(tmp_path, monkeypatch):
-    """No bundled copies, an empty Hub cache and offline mode (read by huggingface_hub at call time)."""
-    import huggingface_hub.constants as constants
-
-    monkeypatch.setattr(registry, "BUNDLED_ROOT", tmp_path / "bundled")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
-    return tmp_path
-
-
 def test_published_models():
     assert set(PUBLISHED) == {"delta-rnn-ptb", "delta-rnn-ptb-char", "sr-lstm-p-imdb"}
     for name, published in PUBLISHED.items():
