@@ -118,16 +118,19 @@ def throughput(settings: Settings, scorer, path: Path):
     flops = 2 * scorer.model.config.embedding_size * len(scorer.vocab)  # the decoder's product, per token
     gflops = t.rate("decoder alone", n * flops / 1e9).median
     try:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        loads = os.getloadavg()
     except OSError:  # pragma: no cover
-        load = "n/a"
+        loads = (math.nan,) * 3
+    cores = os.cpu_count() or 1
+    busy = (": other jobs competed for the cores, so these absolute numbers were taken under load and are low"
+            if loads[0] > cores else "")
     md = (f"Tokens per CPU second, {case}, {settings.sdoc_rounds} rounds round-robin:\n\n"
           + md_table(["how", "tokens/s", "vs before", "PPL", "PPL vs exact"], body)
           + f"\n\nThe decoder alone ran at {gflops:.0f} GFLOP/s ({flops / 1e6:.2f} MFLOP a token, log-softmax "
-          f"included). Absolute tokens/s depend on what else runs on the machine (load average {load} at the "
-          f"end of the rounds, {os.cpu_count()} cores): compare it with part 2's decoder "
-          "peak; under load every contender slows down, and the ratios, taken round by round side by side, are "
-          "what to compare.")
+          f"included; compare part 2's decoder peak). Absolute tokens/s depend on what else runs on the machine "
+          f"(load average {', '.join(f'{x:.2f}' for x in loads)} at the end of the rounds, {cores} cores{busy}); "
+          "under load every contender slows down, and the ratios, taken round by round side by side, are what to "
+          "compare.")
     return t, n, rows, md, check
 
 
