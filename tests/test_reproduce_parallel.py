@@ -190,3 +190,18 @@ def test_classifier_rows_curves_and_best_validation_read_as_error(tmp_path):
     assert row["measured_valid"] == pytest.approx(0.2)
     curves = curve_rows(table, state, tmp_path)
     assert [c["val_metric"] for c in curves] == pytest.approx([0.3, 0.2])
+
+
+def test_report_only_rewrites_the_table_from_the_state_and_trains_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "run_row", lambda spec: pytest.fail("--report-only trained a row"))
+    with pytest.raises(SystemExit, match="no .*scrn-table2.state.json: run `dsf reproduce scrn-table2"):
+        main(["reproduce", "scrn-table2", "--report-only", "--out", str(tmp_path)])
+    state = {"table": "scrn-table2", "command": "dsf reproduce scrn-table2 --scale paper", "commit": "abc",
+             "rows": {"h40-s10": {"status": "done", "measured": 130.5, "metrics": {"best_val_loss": 4.9},
+                                  "epochs": [{"epoch": 0, "val_loss": 5.0, "cpu_seconds": 60.0}]}}}
+    (tmp_path / "scrn-table2.state.json").write_text(json.dumps(state))
+    assert main(["reproduce", "scrn-table2", "--report-only", "--out", str(tmp_path)]) == 0
+    rows = read_csv(tmp_path / "scrn-table2.csv")
+    assert float(rows["h40-s10"]["measured"]) == 130.5 and float(rows["h40-s10"]["difference"]) == pytest.approx(2.5)
+    assert "Produced by `dsf reproduce scrn-table2 --scale paper` at commit `abc`" in (tmp_path / "scrn-table2.md").read_text()
+    assert (tmp_path / "scrn-table2.curves.csv").is_file()

@@ -92,7 +92,10 @@ def reproduce_command(args: argparse.Namespace) -> int:
     if args.report_only:
         from .runner import report_table
 
-        md, csv_path = report_table(args.table, out=args.out, scale=args.scale)
+        try:
+            md, csv_path = report_table(args.table, out=args.out, scale=args.scale)
+        except FileNotFoundError as err:
+            raise SystemExit(f"dsf reproduce: {err}") from None
         print(f"wrote {md} and {csv_path}")
         return 0
     if args.jobs < 1 or (args.threads is not None and args.threads < 1):
