@@ -143,11 +143,10 @@ class Tracker:
         self.save()
 
     def save(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        path = self.out / f"{self.name}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"name": self.name, "curve": self.curve, "at_budget": self.at_budget}, indent=1))
-        os.replace(tmp, path)
+        from dsf_lightning._fs import write_text_atomic
+
+        write_text_atomic(self.out / f"{self.name}.json",
+                          json.dumps({"name": self.name, "curve": self.curve, "at_budget": self.at_budget}, indent=1))
 
 
 # ============================================================================================== the peer
