@@ -17,7 +17,7 @@ from importlib import import_module
 
 from .cells import get_cell, list_cells, register_cell
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 _LAZY = {
     "from_pretrained": "dsf_lightning.auto",
@@ -25,13 +25,13 @@ _LAZY = {
     "ScoringError": "dsf_lightning.scoring",
     "TextClassifier": "dsf_lightning.classification",
     "ClassificationError": "dsf_lightning.classification",
-    "list_models": "dsf_lightning.hub.registry",
-    "save_pretrained": "dsf_lightning.hub.format",
-    "load_pretrained": "dsf_lightning.hub.format",
+    "list_models": "dsf_lightning.auto",
+    "save_pretrained": "dsf_lightning.model.pretrained",
+    "load_pretrained": "dsf_lightning.model.pretrained",
     "LMConfig": "dsf_lightning.model",
     "RecurrentLM": "dsf_lightning.model",
     "LanguageModelModule": "dsf_lightning.training",
-    "LanguageModelDataModule": "dsf_lightning.data.datamodule",
+    "LanguageModelDataModule": "dsf_lightning.training.datamodule",
     "load_corpus": "dsf_lightning.data.corpora",
     "list_corpora": "dsf_lightning.data.corpora",
 }

@@ -1,4 +1,4 @@
-"""Classify raw text with a pretrained text classifier (a hub folder of :mod:`dsf_lightning.hub.classifier`).
+"""Classify raw text with a pretrained text classifier (a hub folder of :mod:`dsf_lightning.tasks.pretrained`).
 
 >>> import dsf_lightning as dsf
 >>> classifier = dsf.from_pretrained("sr-lstm-p-imdb")          # doctest: +SKIP
@@ -17,7 +17,7 @@ Edge cases, defined:
   ``num_tokens == 0`` and a logged warning for text classifiers;
 * a batch is classified exactly as its texts one by one (texts are grouped by length, padded and masked);
 * a long text is cut: only its first ``max_length`` symbols (after normalization) are read, the rest is
-  ignored (``truncated=True``); ``max_length`` is the folder's (the rule in :mod:`dsf_lightning.hub.classifier`:
+  ignored (``truncated=True``); ``max_length`` is the folder's (the rule in :mod:`dsf_lightning.tasks.pretrained`:
   4,096 for full-length IMDB models, above any review of the data set) unless given. Normalizing a text reads
   all of it (linear: about 0.2 s per MB here); the network then runs at most ``max_length`` steps, and a batch
   at most ``max_batch_tokens`` padded steps at once, so 1 MB of text takes seconds and bounded memory.
@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from .hub.registry import HUB_KEYWORDS, check_keywords, resolve
+from .tasks.pretrained import load_classifier
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ class Classification:
 
 
 class TextClassifier:
-    """Labels and probabilities of raw texts from a :class:`~dsf_lightning.hub.classifier.PretrainedClassifier`.
+    """Labels and probabilities of raw texts from a :class:`~dsf_lightning.tasks.pretrained.PretrainedClassifier`.
 
     ``batch_size``: texts per forward pass; ``max_batch_tokens``: padded steps per forward pass (bounds the
     memory of long texts); ``max_length``: symbols read from each text (default: the folder's; None: all).
@@ -80,7 +83,7 @@ class TextClassifier:
                 raise ClassificationError(f"{name} must be a positive integer, got {value!r}")
         if getattr(pretrained, "task", None) != "text-classification":
             raise ClassificationError(
-                f"a TextClassifier needs a text classifier (dsf_lightning.hub.load(..., task='text-classification')), got "
+                f"a TextClassifier needs a text classifier (dsf_lightning.auto.load(..., task='text-classification')), got "
                 f"{type(pretrained).__name__}; a language model scores text: dsf_lightning.from_pretrained / Scorer"
             )
         self.pretrained = pretrained
@@ -117,12 +120,10 @@ class TextClassifier:
         ``max_length``: the classifier's. A language-model folder is a
         :class:`~dsf_lightning.hub.WrongTaskError` naming its loaders.
         """
-        from .hub.registry import HUB_KEYWORDS, check_keywords, load_folder, resolve
-
         check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "dtype", "device", "batch_size", "max_length"))
         folder = resolve(name_or_path, revision, cache_dir=cache_dir, force_download=force_download,
                          local_files_only=local_files_only, token=token)
-        pretrained = load_folder(folder, task="text-classification", dtype=dtype)
+        pretrained = load_classifier(folder, dtype=dtype)
         return cls(pretrained, device=device, batch_size=batch_size, max_length=max_length, folder=folder)
 
     # -- text -> symbols --------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 ``dsf fit | validate | test | predict`` is a LightningCLI over
 :class:`~dsf_lightning.training.LanguageModelModule` and
-:class:`~dsf_lightning.data.datamodule.LanguageModelDataModule` (``--config recipes/...yaml``, with
+:class:`~dsf_lightning.training.datamodule.LanguageModelDataModule` (``--config recipes/...yaml``, with
 ``data.vocab_size`` linked into the model); ``dsf predict`` writes the per-token log-probabilities of
 ``data.predict_split`` (or ``data.predict_file``) as JSON lines to ``--predict_output``
 (:mod:`dsf_lightning.training.prediction`). ``dsf list cells`` prints the registered cell names, one
@@ -324,7 +324,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     Two recipe forms:
 
     * language models (plain ``model:`` / ``data:`` keys): :class:`~dsf_lightning.training.LanguageModelModule`
-      over :class:`~dsf_lightning.data.datamodule.LanguageModelDataModule`, ``data.vocab_size`` linked in;
+      over :class:`~dsf_lightning.training.datamodule.LanguageModelDataModule`, ``data.vocab_size`` linked in;
     * sequence tasks (``model:`` / ``data:`` with a ``class_path``, the sr-RNN paper's tasks): subclass mode
       over :class:`~dsf_lightning.tasks.SequenceClassifier` / ``SequenceTagger`` and the task DataModules
       (:class:`~dsf_lightning.tasks.SequenceDataModule`), with the DataModule's ``vocab_size``,
@@ -332,7 +332,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     """
     from lightning.pytorch.cli import LightningCLI
 
-    from .data.datamodule import LanguageModelDataModule
+    from .training.datamodule import LanguageModelDataModule
     from .training import LanguageModelModule
     from .training.checkpoint_io import AtomicCheckpointIO
     from .training.guards import check_trainer_counts

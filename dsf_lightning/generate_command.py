@@ -10,7 +10,7 @@ One sample is written to stdout token by token (flushed after each, so it stream
 prompt, then the continuation, then a newline. Several samples are one batch and finish together: each
 is written when done as ``[i] prompt + continuation``, samples separated by a blank line. ``--json``
 writes one JSON object per sample (``sample``, ``prompt``, ``text``, ``tokens``, ``ids``, ``logprobs``).
-See :mod:`dsf_lightning.generation` for what the options do. Errors (bad options, a model that cannot be
+See :mod:`dsf_lightning.scoring.generation` for what the options do. Errors (bad options, a model that cannot be
 loaded) are one line on stderr, with exit code 2.
 """
 
@@ -59,7 +59,7 @@ def generate_command(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace, out: TextIO) -> int:
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, num_samples=args.num_samples, ban_unk=args.ban_unk)
-    from .generation import check_options
+    from .scoring.generation import check_options
 
     check_options(**options)  # before the model is loaded
     extra = {} if args.normalize is None else {"normalize": args.normalize}  # the scorer's prompt encoding

@@ -8,10 +8,10 @@ import lightning as L
 import pytest
 
 from dsf_lightning.cli import lightning_cli
-from dsf_lightning.data.datamodule import LanguageModelDataModule
-from dsf_lightning.finetune import FinetuneConfigError, merge_architecture
-from dsf_lightning.hub import Pretrained, save_pretrained
-from dsf_lightning.hub.registry import PUBLISHED
+from dsf_lightning.training.datamodule import LanguageModelDataModule
+from dsf_lightning.training.finetune import FinetuneConfigError, merge_architecture
+from dsf_lightning.model.pretrained import Pretrained, save_pretrained
+from dsf_lightning.auto import PUBLISHED
 from dsf_lightning.model import LMConfig
 from dsf_lightning.training import LanguageModelModule
 
@@ -79,7 +79,7 @@ def test_fine_tuning_through_the_cli_lowers_the_new_folders_perplexity(toy, monk
 
 
 def test_the_weights_are_the_pretrained_ones_before_training(toy):
-    from dsf_lightning.hub import load_pretrained
+    from dsf_lightning.model.pretrained import load_pretrained
 
     pretrained = load_pretrained(toy["pretrained"])
     module = LanguageModelModule(vocab_size=len(toy["vocab"]), init_from=str(toy["pretrained"]))
@@ -116,7 +116,7 @@ def test_merge_architecture_keeps_regularization_free():
 @pytest.mark.slow
 @pytest.mark.skipif(not PUBLISHED["delta-rnn-ptb"].is_bundled, reason="delta-rnn-ptb is not bundled in this checkout")
 def test_fine_tuning_the_bundled_delta_rnn_ptb(tmp_path, monkeypatch):
-    from dsf_lightning.hub import load
+    from dsf_lightning.auto import load
 
     vocab = load("delta-rnn-ptb").vocab
     words = [w for w in vocab.symbols[2:400] if w.isalpha()]

@@ -18,7 +18,7 @@ from dsf_lightning import from_pretrained
 from dsf_lightning.cli import main
 from dsf_lightning.data.tokenizers import get_tokenizer
 from dsf_lightning.data.vocab import Vocabulary
-from dsf_lightning.generation import GenerationError, GenerationState
+from dsf_lightning.scoring.generation import GenerationError, GenerationState
 from dsf_lightning.model import LMConfig, RecurrentLM
 from dsf_lightning.scoring import Scorer
 
@@ -267,7 +267,7 @@ def test_dsf_generate_bad_arguments_exit_2_with_one_line(capsys, argv, message):
 
 
 def test_detokenizer_joins_words_concatenates_characters_and_restores_subword_boundaries():
-    from dsf_lightning.generation import Detokenizer
+    from dsf_lightning.scoring.generation import Detokenizer
 
     word = Detokenizer(get_tokenizer("word"), "<eos>")
     assert word.text(["the", "market", "<eos>", "it", "rose"]) == "the market\nit rose"

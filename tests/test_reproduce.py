@@ -10,7 +10,7 @@ import pytest
 from dsf_lightning.cli import main
 from dsf_lightning.model import LMConfig, RecurrentLM, count_parameters
 from dsf_lightning.reproduce import runner
-from dsf_lightning.reproduce.budget import hidden_size_for_budget, lm_parameter_count, resolve_budget
+from dsf_lightning.model.budget import hidden_size_for_budget, lm_parameter_count, resolve_budget
 from dsf_lightning.reproduce.tables import TABLES, default_recipes_dir, get_table, list_recipes
 from dsf_lightning.training import LanguageModelModule
 

@@ -61,7 +61,7 @@ SENTENCES = [
 def make_pretrained(model, vocab, tokenizer, **info):
     """The hub's Pretrained when it exists, else an object with the same attributes."""
     try:
-        from dsf_lightning.hub.format import Pretrained
+        from dsf_lightning.model.pretrained import Pretrained
 
         return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=dict(info))
     except (ImportError, TypeError):
@@ -362,7 +362,7 @@ def test_long_line_without_end_symbol_is_read_in_pieces(tmp_path, monkeypatch):
 
 # -------------------------------------------------------------------------------------- hub round trip
 def test_save_and_from_pretrained_round_trip(word_lm, tmp_path):
-    pytest.importorskip("dsf_lightning.hub.format")
+    pytest.importorskip("dsf_lightning.model.pretrained")
     pytest.importorskip("dsf_lightning.hub.registry")
     scorer = Scorer(word_lm)
     scorer.save_pretrained(tmp_path / "toy-model")
@@ -374,7 +374,7 @@ def test_save_and_from_pretrained_round_trip(word_lm, tmp_path):
 
 
 def test_cli_with_a_real_pretrained_folder(word_lm, tmp_path, capsys):
-    pytest.importorskip("dsf_lightning.hub.format")
+    pytest.importorskip("dsf_lightning.model.pretrained")
     folder = Scorer(word_lm).save_pretrained(tmp_path / "toy-model") or tmp_path / "toy-model"
     assert score_command.main(["--model", str(folder), "--json", "the cat sat on the mat"]) == 0
     (s,) = json.loads(capsys.readouterr().out)["sentences"]

@@ -22,7 +22,8 @@ import torch
 import dsf_lightning
 from dsf_lightning import score_command, scoring
 from dsf_lightning.data.normalize import get_normalizer
-from dsf_lightning.hub.format import Pretrained, PretrainedFormatError, load_pretrained, save_pretrained
+from dsf_lightning.model.pretrained import Pretrained, load_pretrained, save_pretrained
+from dsf_lightning.hub._folder import PretrainedFormatError
 from dsf_lightning.scoring import OOV_WARN_RATE, Scorer, ScoringError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +160,7 @@ def test_the_folder_records_its_normalizer(pretrained, tmp_path):
 
 
 def test_export_records_the_normalizer_of_the_training_data(pretrained, tmp_path):
-    from dsf_lightning.hub.format import pretrained_from_checkpoint
+    from dsf_lightning.export.language_model import pretrained_from_checkpoint
 
     state = {f"model.{k}": v for k, v in pretrained.model.state_dict().items()}
     hparams = pretrained.config.to_dict()
@@ -227,7 +228,7 @@ def test_text_folder_corpus_normalized(tmp_path):
 
 
 def test_finetuning_data_takes_the_pretrained_normalizer(tmp_path):
-    from dsf_lightning.data.datamodule import LanguageModelDataModule
+    from dsf_lightning.training.datamodule import LanguageModelDataModule
 
     write_folder(tmp_path)
     common = dict(corpus="text-folder", data_root=str(tmp_path), corpus_options={"path": "mytext"})
@@ -241,7 +242,7 @@ def test_finetuning_data_takes_the_pretrained_normalizer(tmp_path):
 
 
 def test_a_predict_file_is_normalized_like_the_model_data(tmp_path):
-    from dsf_lightning.data.datamodule import LanguageModelDataModule
+    from dsf_lightning.training.datamodule import LanguageModelDataModule
 
     write_folder(tmp_path)
     raw = tmp_path / "mine.txt"

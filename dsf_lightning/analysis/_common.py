@@ -1,7 +1,7 @@
 """What the analysis tools share: the error type, text encoding, per-layer runs and model loading.
 
 A *pretrained* here is anything with ``model`` (a :class:`~dsf_lightning.model.RecurrentLM`),
-``vocab`` and ``tokenizer`` (e.g. :class:`dsf_lightning.hub.format.Pretrained`). Sentences are encoded
+``vocab`` and ``tokenizer`` (e.g. :class:`dsf_lightning.model.pretrained.Pretrained`). Sentences are encoded
 the way :mod:`dsf_lightning.scoring` scores them: the end-of-sentence symbol is the context before
 the first word (models are trained on a stream where every sentence follows ``<eos>``), so a
 sentence is run as ``<eos> w_1 .. w_T`` from the zero state.
@@ -146,10 +146,11 @@ def state_names(cell: Any) -> tuple[str, ...]:
 
 # ------------------------------------------------------------------------------------------- loading
 def load_model(spec: str | os.PathLike, *, data_root: str | None = None, revision: str | None = None):
-    """A :class:`~dsf_lightning.hub.format.Pretrained` from a hub model name, a hub repo id, a local
+    """A :class:`~dsf_lightning.model.pretrained.Pretrained` from a hub model name, a hub repo id, a local
     pretrained folder or a Lightning ``LanguageModelModule`` checkpoint (``.ckpt``; its corpus is read
     again from ``data_root`` for the vocabulary)."""
-    from ..hub.format import load_pretrained, pretrained_from_checkpoint
+    from ..model.pretrained import load_pretrained
+    from ..training.read_checkpoint import pretrained_from_checkpoint
     from ..hub.registry import resolve
 
     text = str(spec)

@@ -241,7 +241,7 @@ def _model_or_fresh(args, cell: str, cell_options: dict | None = None):
         steps=args.train_steps, hidden_size=args.hidden_size, cell_options=cell_options, seed=args.seed,
     )
     if args.save_model:
-        from ..hub.format import save_pretrained
+        from ..model.pretrained import save_pretrained
 
         save_pretrained(pretrained, args.save_model)
         print(f"saved the small model in {args.save_model}", file=sys.stderr)

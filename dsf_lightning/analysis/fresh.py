@@ -51,11 +51,11 @@ def train_small_lm(
     seed: int = 0,
 ):
     """Train a one-layer ``cell`` language model for ``steps`` windows of ``batch_size x bptt`` tokens
-    of the corpus's training split; returns a :class:`~dsf_lightning.hub.format.Pretrained` whose
+    of the corpus's training split; returns a :class:`~dsf_lightning.model.pretrained.Pretrained` whose
     ``info`` says it was freshly trained (steps, seconds, last training loss)."""
     from ..data.corpora import CorpusError, load_corpus
     from ..data.streams import batchify
-    from ..hub.format import Pretrained
+    from ..model.pretrained import Pretrained
     from ..model import LMConfig, RecurrentLM
     from ..data.tokenizers import get_tokenizer
 

@@ -69,7 +69,7 @@ def state_deltas(pretrained: Any, text: str, *, layer: int = -1, state_index: in
 
     Args:
         pretrained: a model with ``model``, ``vocab``, ``tokenizer`` (e.g. ``from_pretrained(...).pretrained``
-            or :func:`dsf_lightning.hub.format.load_pretrained`).
+            or :func:`dsf_lightning.model.pretrained.load_pretrained`).
         text: one sentence; the model's tokenizer splits it (the end symbol is not scored).
         layer: which layer's state (default the top one).
         state_index: which of the layer's state tensors (default 0: ``h`` of every cell but the SCRN,

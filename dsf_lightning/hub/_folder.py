@@ -15,9 +15,6 @@ import json
 import logging
 import math
 import os
-import pickle
-import re
-import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -35,6 +32,9 @@ WEIGHTS_FILE = "model.safetensors"
 VOCAB_FILE = "vocab.json"
 DSF_TOKENIZER_FILE = "dsf_tokenizer.json"
 CARD_FILE = "README.md"
+HF_TOKENIZER_FILE = "tokenizer.json"  # a tokenizers-library file, where one is exact (language models)
+#: every file a model folder may hold: what a download fetches (allow_patterns) and a push uploads
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE, HF_TOKENIZER_FILE, CARD_FILE)
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 #: what loading may cast the weights to (``dtype=`` of the loaders / from_pretrained)
 LOAD_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -230,7 +230,7 @@ def check_vocab_size(vocab, vocab_size: int) -> None:
 def config_header(task: str) -> dict:
     """config.json's first fields, the same for every kind: the format, its version, the ``task`` and the
     versions of dsf-lightning and torch that wrote it."""
-    from .. import __version__
+    from .._version import __version__
 
     return {
         "format": FORMAT,
@@ -372,7 +372,7 @@ def read_config_header(folder: Path, task: str, readable_versions: Iterable[int]
     """config.json of ``folder`` with what every kind shares checked: a JSON object of this format, holding a
     ``task`` model (else :class:`WrongTaskError` naming the loader to use), of a readable version, with the
     ``model`` / ``info`` / ``weights`` / ``files`` objects and a known storage dtype."""
-    from .. import __version__
+    from .._version import __version__
 
     path = folder / CONFIG_FILE
     config = _read_format_config(path)
@@ -568,60 +568,3 @@ def check_folder(folder) -> Path:
 
 
 # =============================================================================================== checkpoints
-def _load_checkpoint(path: Path, what: str = "LanguageModelModule") -> dict:
-    """``torch.load(weights_only=True)``: tensors, numbers, strings and plain containers only."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
-        described = found.group(0).strip() if found else str(err).splitlines()[0]
-        raise CheckpointError(
-            f"{path}: holds Python objects that safe (weights_only) loading refuses ({described}); dsf-lightning never "
-            "unpickles arbitrary objects. If you trust the file and the type is harmless, allow it with "
-            "torch.serialization.add_safe_globals([...]) and retry"
-        ) from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: not a readable PyTorch Lightning checkpoint ({first}); is the file complete?") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
-        keys = sorted(ckpt)[:10] if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise CheckpointError(
-            f"{path}: not a {what} checkpoint (needs 'state_dict' and 'hyper_parameters', found {keys})"
-        )
-    return ckpt
-
-
-def cli_configs(path: Path) -> list[Path]:
-    """The LightningCLI ``config.yaml`` files that may describe the run that wrote checkpoint ``path``, nearest
-    first: beside it, one or two folders up, then in the loggers' ``<run>/*/version_*/`` folders (the newest
-    version first), where ``dsf fit`` with a CSVLogger saves it."""
-    found: list[Path] = []
-    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
-        candidate = folder / "config.yaml"
-        if candidate.is_file() and candidate not in found:
-            found.append(candidate)
-    versions = [p for p in path.parent.parent.glob("*/version_*/config.yaml") if p.is_file()]
-
-    def number(p: Path) -> int:
-        digits = p.parent.name.removeprefix("version_")
-        return int(digits) if digits.isdigit() else -1
-
-    found += sorted((p for p in versions if p not in found), key=lambda p: (-number(p), str(p)))
-    return found
-
-
-def read_cli_config(candidate: Path) -> dict | None:
-    """A LightningCLI config / recipe YAML as a dict (bounded, safe YAML); None when it cannot be read."""
-    import yaml
-
-    from ..training.recipe_guard import check_config_structure
-
-    try:
-        data = yaml.load(candidate.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        check_config_structure(data, str(candidate))  # no alias bomb, nothing thousands of levels deep
-    except (yaml.YAMLError, RecursionError, OSError, UnicodeDecodeError, ValueError) as err:
-        logger.warning("ignoring %s: %s", candidate, err)
-        return None
-    return data if isinstance(data, dict) else None

@@ -187,8 +187,6 @@ def _table(rows: list[tuple[str, str]], header: tuple[str, str]) -> str:
 
 
 def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int], name: str, repo_id: str) -> dict[str, str]:
-    from ..model import count_parameters
-
     cfg, info, tok = pretrained.model.config, pretrained.info, pretrained.tokenizer
     corpus = info.get("corpus", "an unnamed corpus")
     metric_word = "bits per character" if tok.name == "char" else "perplexity"
@@ -207,7 +205,7 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
         ("embedding size", "one-hot input" if cfg.embedding_size == 0 else str(cfg.embedding_size)),
         ("tied input/output embedding", "yes" if cfg.tie_weights else "no"),
         ("dropout (training)", dropout + (" (variational)" if cfg.variational else "")),
-        ("parameters", f"{count_parameters(pretrained.model):,}"),
+        ("parameters", f"{sum(p.numel() for p in pretrained.model.parameters()):,}"),
         ("vocabulary", f"{len(pretrained.vocab):,} symbols" + (f", unknown symbol `{pretrained.vocab.unk}`" if pretrained.vocab.unk else ", closed")),
         ("tokenizer", f"`{tok.name}` `{json.dumps(tok.options())}`"),
     ]
@@ -265,7 +263,7 @@ def _fields(info: dict, *, name: str, repo_id: str, cell: str, description: str,
             descriptions: dict[str, str]) -> dict[str, str]:
     """The template's fields (:data:`FIELDS`) from what each kind of model describes its own way; ``info``'s
     ``description``, ``intended_use`` and ``limitations`` take the place of the defaults given here."""
-    from .. import __version__
+    from .._version import __version__
 
     return {
         "model_name": name,
@@ -323,7 +321,7 @@ def _files_table(files: dict[str, int], descriptions: dict[str, str]) -> str:
 
 
 def _classifier_fields(pretrained, eval_entries: list[dict], files: dict[str, int], name: str, repo_id: str) -> dict[str, str]:
-    """The template's fields for a text classifier (:class:`~dsf_lightning.hub.classifier.PretrainedClassifier`)."""
+    """The template's fields for a text classifier (:class:`~dsf_lightning.tasks.pretrained.PretrainedClassifier`)."""
     arch, info, tok, vocab = pretrained.config, pretrained.info, pretrained.tokenizer, pretrained.vocab
     corpus = info.get("corpus", "an unnamed data set")
     options = arch.get("cell_options") or {}
@@ -464,7 +462,7 @@ def build_model_card(
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from .. import __version__
+    from .._version import __version__
 
     extra = dict(card_extra or {})
     unknown = sorted(set(extra) - set(FIELDS) - set(METADATA_KEYS))

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .card import ModelCardError
-from .format import STORAGE_DTYPES, PretrainedFormatError, export_checkpoint
-from .registry import ModelDownloadError, UnknownModelError, list_models
+from ..auto import list_models
+from ..export.language_model import export_checkpoint
+from ._folder import STORAGE_DTYPES, PretrainedFormatError
+from .registry import ModelDownloadError, UnknownModelError
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -141,8 +143,8 @@ _LANGUAGE_MODEL_ONLY = {"corpus": "--corpus", "corpus_option": "--corpus-option"
 def _is_classifier_checkpoint(path: str) -> bool:
     """Whether ``path`` is a checkpoint of a dsf_lightning.tasks module (read weights-only); anything that
     cannot be read is left to the language-model export, which says what is wrong."""
-    from ._folder import CheckpointError, _load_checkpoint
-    from .classifier import is_classifier_checkpoint
+    from ..training.read_checkpoint import CheckpointError, load_checkpoint as _load_checkpoint
+    from ..training.read_checkpoint import is_classifier_checkpoint
 
     source = Path(path).expanduser()
     if not source.is_file():
@@ -167,7 +169,7 @@ def _prototypes_arg(text: str) -> int | None:
 
 def _export_classifier(args: argparse.Namespace) -> int:
     """``dsf export`` of a SequenceClassifier checkpoint: a text-classifier folder."""
-    from .classifier import export_classifier_checkpoint
+    from ..export.classifier import export_classifier_checkpoint
 
     given = [flag for key, flag in _LANGUAGE_MODEL_ONLY.items() if getattr(args, key)]
     if args.dynamic_updates != "segment":
@@ -209,7 +211,7 @@ def _export_onnx(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.checkpoint} holds a text classifier: --format onnx exports language models only; "
                          "drop --format onnx to write a classifier folder")
     if source.suffix == ".ckpt" or source.is_file():
-        from .format import pretrained_from_checkpoint
+        from ..training.read_checkpoint import pretrained_from_checkpoint
 
         model = pretrained_from_checkpoint(
             source, args.corpus, data_root=args.data_root, corpus_options=dict(args.corpus_option or [])
@@ -278,7 +280,7 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
 @_guard
 def push_command(args: argparse.Namespace) -> int:
     """Upload a pretrained folder to the Hub."""
-    from .publish import push_to_hub
+    from ..auto import push_to_hub
 
     commit = push_to_hub(
         args.folder, args.repo_id, revision=args.revision, token=args.token, private=args.private, commit_message=args.message,

@@ -1,7 +1,7 @@
 """Publish a pretrained folder to the Hugging Face Hub (or any server speaking its protocol).
 
-The folder is loaded first (:func:`~dsf_lightning.hub.registry.load_folder`: a language model or a text
-classifier, whichever it holds), so a broken folder is never published; then ``HfApi.create_repo(exist_ok=True)``, ``create_branch`` for a revision other
+The folder is loaded first with the strict loader the caller passes (``load``: the model class's own, or
+:func:`dsf_lightning.auto.load_folder` for whichever kind the folder holds), so a broken folder is never published; then ``HfApi.create_repo(exist_ok=True)``, ``create_branch`` for a revision other
 than ``main``, and ``upload_folder`` of exactly the folder's model files (stray files such as editor
 backups or hidden temporary folders are not uploaded). ``HF_ENDPOINT`` / ``HF_TOKEN`` apply as usual.
 """
@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .format import MODEL_FILES
-from .registry import load_folder
+from typing import Callable
+
+from ._folder import MODEL_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -23,23 +24,25 @@ def push_to_hub(
     folder,
     repo_id: str,
     *,
+    load: Callable,
     revision: str = "main",
     token: str | None = None,
     private: bool = False,
     commit_message: str = "Upload dsf-lightning model",
     endpoint: str | None = None,
 ) -> str:
-    """Validate ``folder`` and upload it to ``repo_id`` at branch ``revision``.
+    """Validate ``folder`` (``load(folder)``: a strict folder loader) and upload it to ``repo_id`` at branch
+    ``revision``. :func:`dsf_lightning.auto.push_to_hub` passes the loader of whichever kind the folder holds.
 
     Returns the commit URL (a ``huggingface_hub.CommitInfo``, a ``str`` whose ``.oid`` is the commit
     sha: pin that sha as the published revision). Raises
-    :class:`~dsf_lightning.hub.format.PretrainedFormatError` for a folder that does not load, and
+    :class:`~dsf_lightning.hub.PretrainedFormatError` for a folder that does not load, and
     huggingface_hub's HTTP errors for the Hub's refusals.
     """
     from huggingface_hub import HfApi
 
     folder = Path(folder).expanduser()
-    pretrained = load_folder(folder, task="auto")  # raises PretrainedFormatError: never publish a broken folder
+    pretrained = load(folder)  # raises PretrainedFormatError: never publish a broken folder
     if "/" not in repo_id:
         raise ValueError(f"repo_id must be 'owner/name', got {repo_id!r}")
     api = HfApi(endpoint=endpoint, token=token, library_name="dsf-lightning")

@@ -17,11 +17,8 @@ the pinned one does download a published name).
 A short name that is neither published nor a folder raises :class:`UnknownModelError` listing the
 known names.
 
-:func:`load` reads what it resolved by the folder's ``task`` (config.json): ``task="language-model"`` (the
-default, what the Scorer and ``RecurrentLM.from_pretrained`` ask for) or ``"text-classification"`` reads that
-kind only and raises :class:`~._folder.WrongTaskError` naming the right loader for the other;
-``task="auto"`` returns whichever the folder holds (:class:`~.format.Pretrained` or
-:class:`~.classifier.PretrainedClassifier`).
+Reading what was resolved is the model's business (``RecurrentLM.from_pretrained``, ``Scorer``,
+:func:`dsf_lightning.auto.load` for either kind): the hub knows names and files, not models.
 """
 
 from __future__ import annotations
@@ -32,7 +29,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._folder import AUTO, LANGUAGE_MODEL, TASKS, TEXT_CLASSIFICATION
+from typing import Callable
+
+from ._folder import LANGUAGE_MODEL, TEXT_CLASSIFICATION, resolve_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ def download(
         RevisionNotFoundError,
     )
 
-    from .format import MODEL_FILES
+    from ._folder import MODEL_FILES
 
     where = f"{repo_id}@{revision or 'main'} from {constants.ENDPOINT}"
     try:
@@ -200,30 +199,6 @@ def resolve(name_or_path, revision: str | None = None, **hub) -> Path:
     return download(text, revision, **hub)
 
 
-def list_models() -> list[dict]:
-    """The published models: name, task, repo_id, revision, source ("bundled (path)" or "hub"), description,
-    and, where a copy is here (bundled, or in the Hub cache), what its folder says (:func:`folder_summary`):
-    metric, value, parameters, size_bytes (None where unknown)."""
-    rows = []
-    for name, published in sorted(PUBLISHED.items()):
-        folder = published.bundled_path if published.is_bundled else _cached(published)
-        summary = folder_summary(folder) if folder is not None else {}
-        rows.append({
-            "name": name,
-            "task": summary.get("task", published.task),
-            "repo_id": published.repo_id,
-            "revision": published.revision,
-            "source": f"bundled ({published.bundled_path})" if published.is_bundled else "hub",
-            "cached": folder is not None and not published.is_bundled,
-            "description": published.description,
-            "metric": summary.get("metric"),
-            "value": summary.get("value"),
-            "parameters": summary.get("parameters"),
-            "size_bytes": summary.get("size_bytes"),
-        })
-    return rows
-
-
 def _cached(published: PublishedModel) -> Path | None:
     """The Hub cache's copy of a published model, if one was downloaded (nothing is fetched)."""
     try:
@@ -232,86 +207,8 @@ def _cached(published: PublishedModel) -> Path | None:
         return None
 
 
-#: the headline metric of each kind, in order of preference (the model-index's metric types)
-HEADLINE = {LANGUAGE_MODEL: ("perplexity", "bpc"), TEXT_CLASSIFICATION: ("accuracy",)}
-
-
-def folder_summary(folder: Path) -> dict:
-    """What ``dsf list models`` shows of a model folder: ``task``, ``metric`` (e.g. ``"test perplexity"``) and
-    ``value`` (the card's model-index: its first test-split result of the kind's headline metric, static
-    evaluation), ``parameters`` (of the model config.json describes, tied weights once) and ``size_bytes``
-    (the folder's files). A folder that cannot be read gives ``metric="unreadable"``."""
-    from ._folder import (
-        CARD_FILE,
-        CONFIG_FILE,
-        PretrainedFormatError,
-        _read_json,
-        folder_task,
-    )
-
-    folder = Path(folder)
-    out: dict = {"size_bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file())}
-    try:
-        task = folder_task(folder)
-        config = _read_json(folder / CONFIG_FILE)
-        out.update(task=task, parameters=_parameters(task, config["model"]))
-    except (PretrainedFormatError, KeyError, TypeError, ValueError) as err:
-        logger.warning("cannot read %s: %s", folder, err)
-        return {**out, "metric": "unreadable"}
-    try:
-        from huggingface_hub import ModelCard
-
-        results = ModelCard.load(folder / CARD_FILE).data.eval_results or []
-    except Exception as err:  # noqa: BLE001 - a card that does not parse: the row says so, the listing goes on
-        logger.warning("cannot read the model card of %s: %s", folder, err)
-        results = []
-    for metric in HEADLINE[task]:
-        for r in results:
-            if r.metric_type == metric and r.dataset_split == "test" and "dynamic" not in str(r.metric_name or ""):
-                return {**out, "metric": f"test {metric}", "value": float(r.metric_value)}
-    return out
-
-
-def _parameters(task: str, model: dict) -> int:
-    """Parameters of the model a folder's config.json describes (built on the CPU; shared tensors once)."""
-    if task == TEXT_CLASSIFICATION:
-        from ..tasks.modules import SequenceClassifier
-        from .classifier import ARCHITECTURE
-
-        module = SequenceClassifier(**{k: model[k] for k in ARCHITECTURE})
-    else:
-        from ..model import LMConfig, RecurrentLM
-
-        module = RecurrentLM(LMConfig.from_dict(model))
-    return sum(p.numel() for p in module.parameters())
-
-
-def load_folder(folder, *, task: str = LANGUAGE_MODEL, dtype=None):
-    """Load the model folder ``folder`` strictly: :func:`~.format.load_pretrained` for a language model,
-    :func:`~.classifier.load_classifier` for a text classifier; ``task`` (see the module docstring) says which
-    kinds are accepted."""
-    if task != AUTO and task not in TASKS:
-        raise ValueError(f"task must be one of {[*TASKS, AUTO]}, got {task!r}")
-    from ._folder import check_folder, folder_task
-
-    if task == AUTO:
-        task = folder_task(check_folder(folder))
-    if task == TEXT_CLASSIFICATION:
-        from .classifier import load_classifier
-
-        return load_classifier(folder, dtype=dtype)
-    from .format import load_pretrained
-
-    return load_pretrained(folder, dtype=dtype)
-
-
-def load(name_or_path, *, revision: str | None = None, dtype=None, task: str = LANGUAGE_MODEL, **hub):
-    """:func:`resolve` (``revision`` and the other :data:`HUB_KEYWORDS`) then :func:`load_folder` (``dtype``,
-    ``task``: ``"language-model"`` (default), ``"text-classification"`` or ``"auto"``)."""
-    from .format import resolve_dtype
-
-    check_keywords("load", {k: v for k, v in hub.items() if k not in HUB_KEYWORDS}, (*HUB_KEYWORDS, "dtype", "task"))
-    if task != AUTO and task not in TASKS:
-        raise ValueError(f"task must be one of {[*TASKS, AUTO]}, got {task!r}")
-    dtype = resolve_dtype(dtype)  # a bad dtype fails before any download
-    return load_folder(resolve(name_or_path, revision, **hub), task=task, dtype=dtype)
+def load_with(load_folder: Callable, name_or_path, *, revision: str | None = None, dtype=None, **hub):
+    """``load_folder(folder, dtype=...)`` (a model kind's strict folder loader) of what :func:`resolve` finds for
+    ``name_or_path`` (``revision`` and the other :data:`HUB_KEYWORDS`); a bad ``dtype`` fails before any download."""
+    dtype = resolve_dtype(dtype)
+    return load_folder(resolve(name_or_path, revision, **hub), dtype=dtype)

@@ -9,10 +9,10 @@ writes ``<out>/<table>.md`` and ``.csv``, :mod:`.budget` finds hidden sizes for 
 from importlib import import_module
 
 _LAZY = {
-    "hidden_size_for_budget": "dsf_lightning.reproduce.budget",
-    "lm_parameter_count": "dsf_lightning.reproduce.budget",
-    "resolve_budget": "dsf_lightning.reproduce.budget",
-    "BudgetError": "dsf_lightning.reproduce.budget",
+    "hidden_size_for_budget": "dsf_lightning.model.budget",
+    "lm_parameter_count": "dsf_lightning.model.budget",
+    "resolve_budget": "dsf_lightning.model.budget",
+    "BudgetError": "dsf_lightning.model.budget",
     "TABLES": "dsf_lightning.reproduce.tables",
     "Row": "dsf_lightning.reproduce.tables",
     "Table": "dsf_lightning.reproduce.tables",

@@ -6,7 +6,7 @@ perplexity, each model trained to convergence on a GPU. This experiment asks whe
 at a scale a CPU can afford, with every model given the same two things:
 
 * the same number of parameters: each cell's hidden size is the one whose tied-embedding LM is closest
-  to the budget (:func:`~dsf_lightning.reproduce.budget.hidden_size_for_budget`);
+  to the budget (:func:`~dsf_lightning.model.budget.hidden_size_for_budget`);
 * the same compute: training stops after the same process CPU time spent in training batches
   (:class:`~dsf_lightning.training.callbacks.CpuTimeBudget`), so a cheaper cell sees more tokens.
 
@@ -191,8 +191,8 @@ def _plot(records: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
-    from ..data.datamodule import LanguageModelDataModule
-    from .budget import hidden_size_for_budget
+    from ..training.datamodule import LanguageModelDataModule
+    from ..model.budget import hidden_size_for_budget
 
     data = LanguageModelDataModule(corpus=args.corpus, data_root=args.data_root, batch_size=args.batch_size,
                                    bptt=args.bptt, eval_batch_size=10)

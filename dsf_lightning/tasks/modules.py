@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._hub_mixin import PretrainedModelMixin
+from ..hub.mixin import PretrainedModelMixin
 from ..cells import build_cell
 from ..cells.base import State
 from .data import IGNORE_INDEX
@@ -233,6 +233,13 @@ class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
     """
 
     _hub_task = "text-classification"  # the kind of hub folder it saves to and loads from
+
+    @classmethod
+    def _pretrained_format(cls):
+        """The text-classifier folder (:mod:`dsf_lightning.tasks.pretrained`) for the hub mixin."""
+        from .pretrained import PretrainedClassifier, load_classifier, save_classifier
+
+        return PretrainedClassifier, save_classifier, load_classifier
 
     def __init__(
         self,

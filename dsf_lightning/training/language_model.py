@@ -111,7 +111,7 @@ class LanguageModelModule(L.LightningModule):
             parentheses, ``"lstm(peepholes=matrix):100"`` for the DSF paper's LSTM) with the same
             vocabulary, layers, embedding size and tying. When set, the size of every layer in
             ``hidden_sizes`` is replaced by the one whose model count is closest to the budget
-            (:func:`~dsf_lightning.reproduce.budget.hidden_size_for_budget`; the number of layers is
+            (:func:`~dsf_lightning.model.budget.hidden_size_for_budget`; the number of layers is
             kept). The chosen size is logged and is what ``hparams.hidden_sizes`` records.
         lr_decay_factor: the factor of the learning-rate schedules below (0.5: halving).
         lr_decay_after_epoch: multiply the learning rate by ``lr_decay_factor`` at the end of every
@@ -123,7 +123,7 @@ class LanguageModelModule(L.LightningModule):
             by ``python -m benchmarks --only 7``; the results equal the uncompiled model's up to float
             round-off.
         init_from: start from a pretrained model (a published name such as ``delta-rnn-ptb``, a Hub
-            repo id or a pretrained folder; :mod:`dsf_lightning.finetune`). The architecture
+            repo id or a pretrained folder; :mod:`dsf_lightning.training.finetune`). The architecture
             (``cell``, ``hidden_sizes``, ``cell_options``, ``embedding_size``, ``tie_weights``) then
             comes from the pretrained config: an argument left at its default takes the pretrained
             value, a different explicit value is an error; regularization (dropouts, the Delta-RNN's
@@ -174,7 +174,7 @@ class LanguageModelModule(L.LightningModule):
         super().__init__()
         pretrained = None
         if init_from is not None:
-            from ..finetune import load_for_finetuning, merge_architecture
+            from .finetune import load_for_finetuning, merge_architecture
 
             pretrained = load_for_finetuning(init_from)
             cell, hidden_sizes, cell_options, embedding_size, tie_weights = merge_architecture(
@@ -185,7 +185,7 @@ class LanguageModelModule(L.LightningModule):
             )
         budget_sizes = None
         if parameter_budget is not None:
-            from ..reproduce.budget import hidden_size_for_budget
+            from ..model.budget import hidden_size_for_budget
 
             layers = len(hidden_sizes) if isinstance(hidden_sizes, list) else 1
             size = hidden_size_for_budget(

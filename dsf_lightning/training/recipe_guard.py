@@ -56,7 +56,7 @@ __all__ = [
 ALLOWED_CLASSES: tuple[str, ...] = (
     # dsf_lightning
     "dsf_lightning.training.LanguageModelModule",
-    "dsf_lightning.data.datamodule.LanguageModelDataModule",
+    "dsf_lightning.training.datamodule.LanguageModelDataModule",
     "dsf_lightning.tasks.SequenceClassifier",
     "dsf_lightning.tasks.SequenceTagger",
     "dsf_lightning.tasks.TomitaDataModule",

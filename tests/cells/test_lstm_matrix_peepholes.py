@@ -111,7 +111,7 @@ def test_lm_count_is_dsf_table2_formula(Hs, Vs):
 def test_dsf_table2_lstm_row_is_the_matrix_peephole_budget():
     """DSF Table 2: the PTB-SW LSTM (H = 100) has 1,274,804 parameters, which is 7H^2 + 5HV + 4H + V at
     V = 2,404; the budget reference ``lstm(peepholes=matrix):100`` resolves to exactly that."""
-    from dsf_lightning.reproduce.budget import resolve_budget
+    from dsf_lightning.model.budget import resolve_budget
 
     assert 7 * 100**2 + 5 * 100 * 2404 + 4 * 100 + 2404 == 1_274_804
     assert resolve_budget("lstm(peepholes=matrix):100", 2404, embedding_size=0) == 1_274_804

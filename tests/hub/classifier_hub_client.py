@@ -15,7 +15,7 @@ def main(hub: FakeHub, plan: dict) -> dict:
     from safetensors.torch import load_file
 
     import dsf_lightning as dsf
-    from dsf_lightning.hub import push_to_hub
+    from dsf_lightning.auto import push_to_hub
     from dsf_lightning.tasks import SequenceClassifier
 
     expected = load_file(plan["expected"])

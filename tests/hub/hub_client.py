@@ -13,9 +13,11 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from dsf_lightning.hub import ModelDownloadError, PublishedModel, load_pretrained, push_to_hub, resolve
+from dsf_lightning.hub.registry import ModelDownloadError, PublishedModel, resolve
+from dsf_lightning.model.pretrained import load_pretrained
+from dsf_lightning.auto import push_to_hub
 from dsf_lightning.hub.commands import add_push_parser
-from dsf_lightning.hub.registry import PUBLISHED
+from dsf_lightning.auto import PUBLISHED
 
 
 def _logits(folder, tokens):

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 import torch
 
-from dsf_lightning.hub import load_pretrained, save_pretrained
-from dsf_lightning.hub import format as hub_format
+from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
+from dsf_lightning.model import pretrained as hub_format
 
 from .conftest import logits_of, tiny_pretrained
 
@@ -48,7 +48,8 @@ def test_a_process_killed_mid_save_leaves_the_previous_folder(tmp_path, tokens):
     script = textwrap.dedent(
         f"""
         import os, signal
-        from dsf_lightning.hub import format as hub_format, save_pretrained
+        from dsf_lightning.model import pretrained as hub_format
+        from dsf_lightning.model.pretrained import save_pretrained
         from tests.hub.conftest import tiny_pretrained
         real = hub_format._write_text
         def write(path, text):

@@ -9,8 +9,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from dsf_lightning.data.corpora import load_corpus
-from dsf_lightning.data.datamodule import LanguageModelDataModule
-from dsf_lightning.hub import CheckpointError, export_checkpoint, load_pretrained, pretrained_from_checkpoint
+from dsf_lightning.training.datamodule import LanguageModelDataModule
+from dsf_lightning.hub._folder import CheckpointError
+from dsf_lightning.export.language_model import export_checkpoint, pretrained_from_checkpoint
+from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.hub.commands import add_export_parser
 from dsf_lightning.training import LanguageModelModule
 

@@ -6,7 +6,7 @@ import json
 import torch
 from safetensors.torch import save_file
 
-from dsf_lightning.hub.classifier import save_classifier
+from dsf_lightning.tasks.pretrained import save_classifier
 
 from .conftest import client_env, client_results, tiny_classifier
 

@@ -15,7 +15,7 @@ from dsf_lightning.classification import (
     ClassificationError,
     TextClassifier,
 )
-from dsf_lightning.hub.classifier import DEFAULT_MAX_LENGTH, save_classifier
+from dsf_lightning.tasks.pretrained import DEFAULT_MAX_LENGTH, save_classifier
 
 from .conftest import classifier_logits, tiny_classifier
 
@@ -114,7 +114,7 @@ def test_bad_input_is_a_clear_error(classifier):
 
 def test_a_closed_vocabulary_names_the_unknown_symbol(tmp_path):
     from dsf_lightning.data.tokenizers import get_tokenizer
-    from dsf_lightning.hub.classifier import PretrainedClassifier
+    from dsf_lightning.tasks.pretrained import PretrainedClassifier
     from dsf_lightning.tasks import SequenceClassifier, Vocabulary
 
     vocab = Vocabulary(["0", "1"])  # a Tomita grammar's alphabet: no <unk>

@@ -6,7 +6,7 @@ import json
 import pytest
 from safetensors.torch import save_file
 
-from dsf_lightning.hub import save_pretrained
+from dsf_lightning.model.pretrained import save_pretrained
 
 from .conftest import client_env, client_results, logits_of, tiny_pretrained
 from .hub_server import FakeHub

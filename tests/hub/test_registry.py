@@ -5,16 +5,9 @@ import argparse
 import pytest
 import torch
 
-from dsf_lightning.hub import (
-    PUBLISHED,
-    ModelDownloadError,
-    PublishedModel,
-    UnknownModelError,
-    list_models,
-    load,
-    resolve,
-    save_pretrained,
-)
+from dsf_lightning.auto import PUBLISHED, list_models, load
+from dsf_lightning.hub.registry import ModelDownloadError, PublishedModel, UnknownModelError, resolve
+from dsf_lightning.model.pretrained import save_pretrained
 from dsf_lightning.hub import registry
 from dsf_lightning.hub.commands import add_export_parser, add_list_models_parser, add_push_parser, list_models_command
 

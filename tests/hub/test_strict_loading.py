@@ -8,7 +8,8 @@ import struct
 import pytest
 import torch
 
-from dsf_lightning.hub import PretrainedFormatError, load_pretrained
+from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.hub._safetensors import serialize
 
 from .conftest import Boom, boom_bytes, edit_config, rehash

@@ -125,7 +125,7 @@ def tiny_pretrained(kind: str = "word", seed: int = 0):
 
     from dsf_lightning.data.tokenizers import get_tokenizer
     from dsf_lightning.data.vocab import Vocabulary
-    from dsf_lightning.hub import Pretrained
+    from dsf_lightning.model.pretrained import Pretrained
     from dsf_lightning.model import LMConfig, RecurrentLM
 
     if kind == "word":

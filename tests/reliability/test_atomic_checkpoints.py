@@ -116,7 +116,7 @@ def test_a_failed_save_leaves_the_previous_file_and_no_temporary(tmp_path):
 
 
 def test_stale_temporaries_of_live_processes_and_other_hosts_are_kept(tmp_path):
-    from dsf_lightning.training.checkpoint_io import _host_tag
+    from dsf_lightning._fs import _host_tag
 
     path = tmp_path / "last.ckpt"
     mine_alive = tmp_path / f".last.ckpt.tmp-{_host_tag()}-{os.getpid()}-abc123"

@@ -6,7 +6,7 @@ import lightning as L
 import pytest
 import torch
 
-from dsf_lightning.data.datamodule import LanguageModelDataModule
+from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training import LanguageModelModule
 
 VOCAB = 13

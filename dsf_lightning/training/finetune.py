@@ -25,7 +25,9 @@ import inspect
 from functools import lru_cache
 from typing import Any
 
-from .model import LMConfig
+from ..hub.registry import load_with
+from ..model import LMConfig
+from ..model.pretrained import load_pretrained
 
 #: the LanguageModelModule arguments that shape the weights, checked against the pretrained config
 ARCHITECTURE = ("cell", "hidden_sizes", "cell_options", "embedding_size", "tie_weights")
@@ -39,9 +41,7 @@ class FinetuneConfigError(ValueError):
 
 @lru_cache(maxsize=4)
 def _load(name_or_path: str):
-    from .hub.registry import load
-
-    return load(name_or_path)
+    return load_with(load_pretrained, name_or_path)
 
 
 def load_for_finetuning(name_or_path: str):
@@ -51,14 +51,14 @@ def load_for_finetuning(name_or_path: str):
 
 
 def _defaults() -> dict[str, Any]:
-    from .training.language_model import LanguageModelModule
+    from .language_model import LanguageModelModule
 
     params = inspect.signature(LanguageModelModule.__init__).parameters
     return {name: params[name].default for name in ARCHITECTURE}
 
 
 def _cell_defaults(cell: str) -> dict[str, Any]:
-    from .cells import get_cell
+    from ..cells import get_cell
 
     params = inspect.signature(get_cell(cell).__init__).parameters
     return {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}

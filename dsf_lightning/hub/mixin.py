@@ -7,11 +7,13 @@ loading is not strict: it keeps random weights for renamed keys).
 >>> model.push_to_hub("me/my-model")                           # doctest: +SKIP
 >>> SequenceClassifier.from_pretrained("sr-lstm-p-imdb")       # doctest: +SKIP
 
-One mixin for both kinds of folder: a class says which it is with ``_hub_task`` (config.json's ``task``:
+One mixin for every kind of folder: a class says which it is with ``_hub_task`` (config.json's ``task``:
 ``language-model`` for :class:`~dsf_lightning.model.RecurrentLM`, ``text-classification`` for
-:class:`~dsf_lightning.tasks.SequenceClassifier`), and the folder of the other kind is refused with a
-message naming its loader. Kept apart from :mod:`dsf_lightning.hub` (imported lazily) because the hub's
-format modules import the models.
+:class:`~dsf_lightning.tasks.SequenceClassifier`) and hands over its folder format with
+``_pretrained_format()`` (the in-memory type, the saving and the loading function: the model knows its own
+folder, :mod:`dsf_lightning.model.pretrained` / :mod:`dsf_lightning.tasks.pretrained`); a folder of another kind
+is refused with a message naming its loader. The hub itself (names, download, upload) is model-agnostic, so
+the models can build on it.
 """
 
 from __future__ import annotations
@@ -29,15 +31,8 @@ PARTS = {
 REQUIRED = ("vocab", "tokenizer")
 
 
-def _folder_type(task: str):
-    """The in-memory form of a folder of ``task`` and the function that saves it."""
-    if task == "text-classification":
-        from .hub.classifier import PretrainedClassifier, save_classifier
-
-        return PretrainedClassifier, save_classifier
-    from .hub.format import Pretrained, save_pretrained
-
-    return Pretrained, save_pretrained
+from .publish import push_to_hub
+from .registry import HUB_KEYWORDS, check_keywords, load_with
 
 
 class PretrainedModelMixin:
@@ -50,6 +45,12 @@ class PretrainedModelMixin:
     """
 
     _hub_task = "language-model"
+
+    @classmethod
+    def _pretrained_format(cls):
+        """``(in-memory type, save(pretrained, folder, **options), load(folder, dtype=...))`` of this class's
+        folder; every class using the mixin defines it (its folder format lives with the model)."""
+        raise TypeError(f"{cls.__name__} does not say how it is saved (define _pretrained_format)")
 
     @classmethod
     def from_pretrained(
@@ -66,7 +67,7 @@ class PretrainedModelMixin:
         **unknown,
     ):
         """The model of a published name, a Hub repo id (``owner/name``) or a local folder, loaded strictly
-        (:func:`dsf_lightning.hub.registry.load`), in eval mode. A folder of another kind (a text classifier
+        (:func:`dsf_lightning.hub.registry.resolve`, then the class's folder loader), in eval mode. A folder of another kind (a text classifier
         for a language model, or the reverse) is a :class:`~dsf_lightning.hub.WrongTaskError` naming its loader.
 
         ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``: as in
@@ -74,13 +75,10 @@ class PretrainedModelMixin:
         where to put the model (default CPU). ``dtype``: ``torch.float16`` / ``torch.bfloat16`` /
         ``torch.float32`` or its name; the weights are cast after the strict load.
         """
-        from .hub.registry import HUB_KEYWORDS, check_keywords, load
-
         check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "device", "dtype"))
-        pretrained = load(
-            pretrained_model_name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir,
-            force_download=force_download, local_files_only=local_files_only, token=token, task=cls._hub_task,
-        )
+        _, _, load_folder = cls._pretrained_format()
+        pretrained = load_with(load_folder, pretrained_model_name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir,
+                               force_download=force_download, local_files_only=local_files_only, token=token)
         model = pretrained.model
         if not isinstance(model, cls):
             raise TypeError(f"the folder holds a {type(model).__name__}, not a {cls.__name__}")
@@ -109,7 +107,7 @@ class PretrainedModelMixin:
             values["labels"] = [str(i) for i in range(int(self.hparams["num_classes"]))]
         if "max_length" in values and values["max_length"] is None and "max_length" not in given:
             values.pop("max_length")  # the folder format's default length rule
-        pretrained_type, _ = _folder_type(self._hub_task)
+        pretrained_type, _, _ = self._pretrained_format()
         return pretrained_type(model=self, **values)
 
     def save_pretrained(self, save_directory, **kwargs) -> Path:
@@ -118,13 +116,13 @@ class PretrainedModelMixin:
         Folder parts (default: those :meth:`from_pretrained` kept): ``vocab``, ``tokenizer``, ``info``,
         ``normalize`` (the text normalizer's name, e.g. ``"ptb"``); a classifier also ``labels`` (default
         ``"0"``, ``"1"``, ...) and ``max_length``. Other keywords are the saving function's
-        (:func:`dsf_lightning.hub.format.save_pretrained` / :func:`dsf_lightning.hub.classifier.save_classifier`:
+        (:func:`dsf_lightning.model.pretrained.save_pretrained` / :func:`dsf_lightning.tasks.pretrained.save_classifier`:
         ``dtype``, ``eval_results``, ``card_extra``). The weights are saved in float32 (or ``dtype="float16"``)
         whatever dtype the model runs in.
         """
         parts = PARTS[self._hub_task]
         pretrained = self._as_pretrained(**{k: kwargs.pop(k) for k in list(kwargs) if k in parts})
-        _, save = _folder_type(self._hub_task)
+        _, save, _ = self._pretrained_format()
         restore = next(self.parameters()).dtype
         try:
             self.float()  # the folder stores float32 (or float16) weights
@@ -145,9 +143,7 @@ class PretrainedModelMixin:
         """:meth:`save_pretrained` (``kwargs``: its folder parts and options) to a temporary folder, then
         :func:`dsf_lightning.hub.publish.push_to_hub` of it to ``repo_id`` at ``branch`` (default ``main``).
         Returns the commit (its ``.oid`` is the sha)."""
-        from .hub.publish import push_to_hub
-
         with tempfile.TemporaryDirectory(prefix="dsf-push-") as tmp:
             folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1], **kwargs)
-            return push_to_hub(folder, repo_id, revision=branch or "main", token=token, private=private,
+            return push_to_hub(folder, repo_id, load=self._pretrained_format()[2], revision=branch or "main", token=token, private=private,
                                commit_message=commit_message)

@@ -52,7 +52,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from .data.normalize import Normalizer, NormalizerError, list_normalizers, normalizer_for_corpus, resolve_normalize
+from ..data.normalize import Normalizer, NormalizerError, list_normalizers, normalizer_for_corpus, resolve_normalize
+from ..hub.registry import HUB_KEYWORDS, check_keywords, load_with
+from ..model.pretrained import load_pretrained, save_pretrained
 
 __all__ = [
     "DocumentScore",
@@ -381,7 +383,7 @@ def _iter_given_lines(lines: Iterable[str], cut: str | None = None) -> Iterator[
 # ------------------------------------------------------------------------------------------- scorer
 class Scorer:
     """Scores text with a pretrained model (anything with ``model``, ``vocab``, ``tokenizer``, ``info``,
-    e.g. :class:`dsf_lightning.hub.format.Pretrained`).
+    e.g. :class:`dsf_lightning.model.pretrained.Pretrained`).
 
     ``batch_size``: sentences per forward pass in :meth:`score`. ``window``: time steps per forward
     pass (the state is carried between windows; bounds the memory of long sentences and documents).
@@ -473,21 +475,13 @@ class Scorer:
         weights cast after the strict load (log-probabilities are still computed in float32).
         ``device``, ``batch_size``, ``window``, ``normalize``: the :class:`Scorer`'s.
         """
-        try:
-            from .hub.registry import HUB_KEYWORDS, check_keywords, load
-        except ImportError as err:
-            raise ScoringError(f"the model hub (dsf_lightning.hub) is not available: {err}") from err
         check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "dtype", "device", "batch_size", "window", "normalize"))
-        pretrained = load(name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir, force_download=force_download,
-                          local_files_only=local_files_only, token=token)
+        pretrained = load_with(load_pretrained, name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir,
+                               force_download=force_download, local_files_only=local_files_only, token=token)
         return cls(pretrained, device=device, batch_size=batch_size, window=window, normalize=normalize)
 
     def save_pretrained(self, folder: str | os.PathLike, **kw):
-        """Save the wrapped pretrained model with :func:`dsf_lightning.hub.format.save_pretrained`."""
-        try:
-            from .hub.format import save_pretrained
-        except ImportError as err:
-            raise ScoringError(f"the model hub (dsf_lightning.hub) is not available: {err}") from err
+        """Save the wrapped pretrained model with :func:`dsf_lightning.model.pretrained.save_pretrained`."""
         return save_pretrained(self.pretrained, folder, **kw)
 
     def __repr__(self) -> str:
@@ -1016,7 +1010,7 @@ class Scorer:
         """Generate text after ``prompt`` with the recurrent state carried (the prompt is read once):
         ``max_new_tokens``, ``temperature`` (0: greedy), ``top_k``, ``top_p``, ``seed``, ``num_samples``
         (one batch), ``ban_unk``, ``state`` / ``return_state`` (continue where a call stopped), ``on_token``
-        (streaming). See :func:`dsf_lightning.generation.generate`."""
+        (streaming). See :func:`dsf_lightning.scoring.generation.generate`."""
         from .generation import generate
 
         return generate(self, prompt, **options)
@@ -1039,7 +1033,7 @@ class _Counter:
 
 def from_pretrained(name_or_path: str | os.PathLike, revision: str | None = None, **options) -> Scorer:
     """A :class:`Scorer` for a hub model name, a hub repo id or a local pretrained folder
-    (``dsf_lightning.hub.registry.resolve`` + ``dsf_lightning.hub.format.load_pretrained``). ``options``:
+    (``dsf_lightning.hub.registry.resolve`` + ``dsf_lightning.model.pretrained.load_pretrained``). ``options``:
     huggingface_hub's ``cache_dir``, ``force_download``, ``local_files_only``, ``token``; ``dtype``;
     ``device``, ``batch_size``, ``window``, ``normalize`` (see :meth:`Scorer.from_pretrained`)."""
     return Scorer.from_pretrained(name_or_path, revision, **options)

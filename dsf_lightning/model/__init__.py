@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._hub_mixin import PretrainedModelMixin
-from .cells import RecurrentCell, State, build_cell
-from .cells.base import CellOptionError, check_positive_int, check_probability
-from .ops.fast_linear import fast_linear
+from ..hub.mixin import PretrainedModelMixin
+from ..cells import RecurrentCell, State, build_cell
+from ..cells.base import CellOptionError, check_positive_int, check_probability
+from ..ops.fast_linear import fast_linear
 
 ModelState = tuple[State, ...]
 
@@ -209,7 +209,14 @@ def _dropout_mask(like: Tensor, shape: tuple[int, ...], p: float) -> Tensor:
 class RecurrentLM(PretrainedModelMixin, nn.Module):
     """Embedding -> ``len(hidden_sizes)`` recurrent layers of ``config.cell`` -> decoder (eq. 14 of the
     DSF paper, eq. 8 of the SCRN paper). ``RecurrentLM.from_pretrained(name)`` / ``save_pretrained`` /
-    ``push_to_hub``: see :class:`~dsf_lightning._hub_mixin.PretrainedModelMixin`."""
+    ``push_to_hub``: see :class:`~dsf_lightning.hub.mixin.PretrainedModelMixin`."""
+
+    @classmethod
+    def _pretrained_format(cls):
+        """The language-model folder (:mod:`dsf_lightning.model.pretrained`) for the hub mixin."""
+        from .pretrained import Pretrained, load_pretrained, save_pretrained
+
+        return Pretrained, save_pretrained, load_pretrained
 
     def __init__(self, config: LMConfig, *, check_size: bool = True) -> None:
         """``check_size``: refuse (:class:`ModelConfigError`) a model larger than
@@ -331,7 +338,7 @@ class RecurrentLM(PretrainedModelMixin, nn.Module):
 
 def recurrent_dropout_cells() -> list[str]:
     """The registered cells that take ``dropout_hidden`` (those with recurrent weight matrices)."""
-    from .cells import get_cell, list_cells
+    from ..cells import get_cell, list_cells
 
     return [name for name in list_cells() if get_cell(name).recurrent_dropout]
 

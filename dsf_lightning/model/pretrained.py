@@ -38,13 +38,10 @@ of folder shares (checksums, bounded reading, the atomic write, strict weights) 
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -52,73 +49,51 @@ from ..cells import UnknownCellError, get_cell
 from ..data.tokenizers import (
     Tokenizer,
     TokenizerError,
-    get_tokenizer,
 )
 from ..data.vocab import Vocabulary, VocabularyError
-from ..model import LMConfig, ModelConfigError, RecurrentLM
-from ._folder import (  # noqa: F401 - the shared folder mechanics, importable from here as before
-    CARD_FILE,
+from . import LMConfig, ModelConfigError, RecurrentLM
+from ..hub._folder import (
+    HF_TOKENIZER_FILE,
     CELL_FIX,
     CONFIG_FILE,
     DSF_TOKENIZER_FILE,
-    FLOAT16_MAX,
-    FORMAT,
-    FORMAT_VERSION,
-    HEADER_ALLOWANCE,
     LANGUAGE_MODEL,
-    LOAD_DTYPES,
     MAX_JSON_BYTES,
     REDO,
-    STORAGE_DTYPES,
     VOCAB_FILE,
     WEIGHTS_FILE,
-    CheckpointError,
     PretrainedFormatError,
-    WrongTaskError,
     _check_normalize,
     _checked_bytes,
     _fail,
-    _is_pretrained_folder,
     _json_metadata,
-    _jsonable,
-    _load_checkpoint,
-    _plain_json,
-    _read_bytes,
-    _read_json,
-    _sha256,
     _unknown_cell,
     _write_text,
     check_file_records,
     check_folder,
     check_vocab_size,
-    cli_configs,
     config_header,
     fingerprint,
     load_state,
     match_state,
     parse_tokenizer,
     plain_info,
-    read_cli_config,
     read_config_header,
     read_weights,
     resolve_dtype,
-    round_to_storage,
     save_folder,
     state_for_saving,
     tokenizer_record,
 )
-from .hf_tokenizer import hf_tokenizer_json
+from ..hub.hf_tokenizer import hf_tokenizer_json
 
 logger = logging.getLogger(__name__)
 
 READABLE_VERSIONS = (1, 2)  # 1: our tokenizer in tokenizer.json
-HF_TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_FILE = DSF_TOKENIZER_FILE  # where this library's tokenizer lives in the current format
 LEGACY_TOKENIZER_FILE = HF_TOKENIZER_FILE  # where format version 1 kept it
 CHECKSUMMED = (WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE)  # always present (format version 2)
 OPTIONAL_CHECKSUMMED = (HF_TOKENIZER_FILE,)  # present where exact; checked when config.json records it
-#: every file a model folder may hold: what a download fetches (allow_patterns) and a push uploads
-MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE, HF_TOKENIZER_FILE, CARD_FILE)
 TIED = {"decoder.weight": "embedding.weight"}  # what tie_weights means in a RecurrentLM
 
 
@@ -360,178 +335,3 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info, normalize=normalize)
 
 
-# =============================================================================================== checkpoints
-def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
-    if not isinstance(hparams, dict):
-        raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
-    fields = {f.name for f in dataclasses.fields(LMConfig)}
-    values = {k: v for k, v in hparams.items() if k in fields}
-    if "vocab_size" not in values:
-        raise CheckpointError(f"{path}: hyper_parameters has no vocab_size: not a LanguageModelModule checkpoint")
-    if values.get("cell_options") is None:
-        values["cell_options"] = {}
-    values["cell_options"] = dict(values["cell_options"])
-    if isinstance(values.get("hidden_sizes"), int):
-        values["hidden_sizes"] = [values["hidden_sizes"]]
-    try:
-        return LMConfig(**values)
-    except (ModelConfigError, TypeError) as err:
-        raise CheckpointError(f"{path}: hyper_parameters do not make a valid model: {err}") from None
-
-
-def _cli_data_config(path: Path) -> dict:
-    """The ``data`` section of the LightningCLI ``config.yaml`` of the run that wrote checkpoint ``path``
-    (:func:`~._folder.cli_configs`: beside it, one or two levels up, or in its logger's version folder)."""
-    for candidate in cli_configs(path):
-        data = read_cli_config(candidate) or {}
-        section = data.get("data")
-        if isinstance(section, dict):
-            section = section.get("init_args", section)
-            if isinstance(section, dict) and section.get("corpus"):
-                logger.info("corpus settings from %s", candidate)
-                return dict(section, _source=str(candidate))
-    return {}
-
-
-def pretrained_from_checkpoint(
-    ckpt_path,
-    corpus=None,
-    *,
-    data_root=None,
-    corpus_options: dict | None = None,
-    info: dict | None = None,
-) -> Pretrained:
-    """A :class:`Pretrained` from a ``LanguageModelModule`` checkpoint.
-
-    The checkpoint is read with ``torch.load(weights_only=True)`` (never a full unpickle). The model
-    config comes from ``hyper_parameters``, the weights from the ``state_dict`` keys under ``model.``
-    (checked strictly). The vocabulary and tokenizer come from ``corpus``: a loaded ``Corpus``, or a
-    corpus name; when ``None`` the name (and data root / options) is taken from the checkpoint's
-    ``datamodule_hyper_parameters`` or from a LightningCLI ``config.yaml`` beside it. ``info`` is
-    merged over what is recorded automatically (corpus, checkpoint epoch/step, training settings).
-    """
-    path = Path(ckpt_path).expanduser()
-    ckpt = _load_checkpoint(path)
-    from .classifier import is_classifier_checkpoint
-
-    if is_classifier_checkpoint(ckpt):
-        raise CheckpointError(
-            f"{path}: holds a SequenceClassifier (a text classifier), not a LanguageModelModule: export it with "
-            "`dsf export` (which tells the kinds apart) or dsf_lightning.hub.classifier.export_classifier_checkpoint"
-        )
-    config = _config_from_hparams(ckpt["hyper_parameters"], path)
-    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    if not state:
-        raise CheckpointError(f"{path}: state_dict has no 'model.' entries: not a LanguageModelModule checkpoint")
-    model, expected = _expected_state(
-        config, path, error=CheckpointError,
-        fix="was the checkpoint written by LanguageModelModule, with a cell and options this installation provides?"
-    )
-    checked = match_state(
-        state, {}, expected, _describe(config), f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
-        fix="was the checkpoint written by LanguageModelModule with these settings?",
-    )
-    load_state(model, checked)
-
-    settings = {}
-    dm = ckpt.get("datamodule_hyper_parameters")
-    if isinstance(dm, dict) and dm.get("corpus"):
-        settings = dict(dm, _source=f"{path.name} datamodule_hyper_parameters")
-    elif corpus is None:
-        settings = _cli_data_config(path)
-    if corpus is None:
-        corpus = settings.get("corpus")
-    if corpus is None:
-        raise CheckpointError(
-            f"{path}: cannot tell which corpus the model was trained on (no datamodule_hyper_parameters in the "
-            "checkpoint and no LightningCLI config.yaml beside it); pass the corpus name "
-            "(corpus_name=... / `dsf export --corpus NAME`)"
-        )
-    if isinstance(corpus, str):
-        from ..data.corpora import load_corpus
-
-        options = dict(settings.get("corpus_options") or {}) if settings.get("corpus") == corpus else {}
-        options.update(corpus_options or {})
-        root = data_root if data_root is not None else (settings.get("data_root") if settings.get("corpus") == corpus else None)
-        corpus_obj = load_corpus(corpus, data_root=root, **options)
-    else:
-        corpus_obj, options = corpus, dict(corpus_options or {})
-        if not hasattr(corpus_obj, "vocab"):
-            raise TypeError(f"corpus must be a corpus name or a loaded Corpus, got {type(corpus).__name__}")
-    vocab = corpus_obj.vocab
-    if not isinstance(vocab, Vocabulary):
-        raise CheckpointError(f"corpus {getattr(corpus_obj, 'name', corpus)!r} has no Vocabulary object (got {type(vocab).__name__})")
-    if len(vocab) != config.vocab_size:
-        raise CheckpointError(
-            f"{path}: the model has vocab_size={config.vocab_size:,} but corpus {corpus_obj.name!r} "
-            f"(options {options}) gives {len(vocab):,} symbols: wrong corpus or corpus options"
-        )
-    tokenizer = getattr(corpus_obj, "tokenizer", None) or get_tokenizer(corpus_obj.tokenizer_name)
-    fields = {f.name for f in dataclasses.fields(LMConfig)}
-    training = {k: v for k, v in ckpt["hyper_parameters"].items() if k not in fields and not k.startswith("_")}
-    recorded = {
-        "corpus": corpus_obj.name,
-        "corpus_options": _jsonable({k: v for k, v in options.items() if k != "path"}),
-        "tokenizer": tokenizer.name,
-        "checkpoint": {
-            "file": path.name,
-            "epoch": ckpt.get("epoch"),
-            "global_step": ckpt.get("global_step"),
-            "lightning_version": ckpt.get("pytorch-lightning_version"),
-        },
-        "training": _jsonable(training),
-    }
-    recorded.update(copy.deepcopy(info or {}))
-    # the text normalizer: the one the data module applied (data.normalize), else the corpus's own form
-    from ..data.normalize import normalizer_for_corpus
-
-    asked = settings.get("normalize")
-    normalize = _check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
-    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"), normalize=normalize)
-
-
-def export_checkpoint(
-    ckpt_path,
-    folder,
-    *,
-    corpus_name: str | None = None,
-    data_root=None,
-    corpus_options: dict | None = None,
-    dtype: str = "float32",
-    eval_results: list[dict] | None = None,
-    info: dict | None = None,
-    card_extra: dict | None = None,
-    evaluate: Sequence[str] = (),
-    dynamic: Sequence[int] = (),
-    dynamic_updates: str = "segment",
-) -> Path:
-    """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder.
-
-    ``evaluate`` (e.g. ``("valid", "test")``) scores those splits' files with the weights exactly as
-    stored (rounded to ``dtype`` first) and puts the numbers in the card and ``info["metrics"]``;
-    ``dynamic`` (``(1, 2)``) adds the test numbers under dynamic evaluation #1 / #2 (DSF sec 4.2), with an
-    SGD update every 20 tokens (``dynamic_updates="segment"``) or after each sentence (``"sentence"``, the
-    paper's); ``info["metrics"]["dynamic_updates"]`` and the card record which.
-    """
-    if dynamic and dynamic_updates not in ("segment", "sentence"):
-        raise ValueError(f"dynamic_updates must be 'segment' (every 20 tokens) or 'sentence' (after each sentence), "
-                         f"got {dynamic_updates!r}")
-    pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options, info=info)
-    if evaluate:
-        from ..evaluation import evaluate_on_corpus
-
-        round_to_storage(pretrained.model, dtype)  # evaluate the weights the folder will hold
-        results, metrics = evaluate_on_corpus(
-            pretrained, pretrained.info["corpus"], evaluate, data_root=data_root, corpus_options=corpus_options
-        )
-        if dynamic:
-            from ..evaluation.corpus_eval import dynamic_results_on_corpus
-
-            more, more_metrics = dynamic_results_on_corpus(
-                pretrained, pretrained.info["corpus"], dynamic, data_root=data_root, corpus_options=corpus_options,
-                updates=dynamic_updates,
-            )
-            results, metrics = [*results, *more], {**metrics, **more_metrics}
-        eval_results = [*(eval_results or []), *results]
-        pretrained.info = {**pretrained.info, "metrics": {**pretrained.info.get("metrics", {}), **metrics}}
-    return save_pretrained(pretrained, folder, dtype=dtype, eval_results=eval_results, card_extra=card_extra)

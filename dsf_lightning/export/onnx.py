@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .model import RecurrentLM
+from ..model import RecurrentLM
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,10 @@ def state_names(model: RecurrentLM, prefix: str = "state") -> list[str]:
 
 
 def _as_model(model_or_folder: Any) -> RecurrentLM:
-    """A RecurrentLM from a model, a :class:`~dsf_lightning.hub.format.Pretrained`, a Scorer or Lightning
+    """A RecurrentLM from a model, a :class:`~dsf_lightning.model.pretrained.Pretrained`, a Scorer or Lightning
     module holding one, or a published name / pretrained folder (loaded with the hub's loader)."""
     if isinstance(model_or_folder, (str, Path)):
-        from .hub.registry import load
-
-        return load(model_or_folder).model
+        return RecurrentLM.from_pretrained(model_or_folder)
     for candidate in (model_or_folder, getattr(model_or_folder, "model", None)):
         if isinstance(candidate, RecurrentLM):
             return candidate

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import lightning as L
 
-from .streams import StreamWindows
+from ..data.streams import StreamWindows
 
 
 def _check_corpus(corpus: Any) -> None:
@@ -28,7 +28,7 @@ def _check_corpus(corpus: Any) -> None:
         return
     missing = [attr for attr in ("name", "vocab", "splits") if not hasattr(corpus, attr)]
     if missing or not isinstance(corpus.name, str) or not isinstance(corpus.splits, dict):
-        from .corpora import list_corpora
+        from ..data.corpora import list_corpora
 
         raise ValueError(
             f"corpus (data.corpus in a recipe) must be a corpus name (a string: one of {', '.join(list_corpora())}) or a loaded Corpus, "
@@ -49,7 +49,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         eval_batch_size: validation / test streams, over all processes.
         vocab_from: encode the corpus with the vocabulary (and, for ``text-folder``, the tokenizer) of a
             pretrained model: a published name, Hub repo id or pretrained folder
-            (:mod:`dsf_lightning.finetune`). Out-of-vocabulary words become the pretrained ``<unk>``.
+            (:mod:`dsf_lightning.training.finetune`). Out-of-vocabulary words become the pretrained ``<unk>``.
             The CLI links it from ``model.init_from``.
         predict_split: the split ``dsf predict`` scores (``test``, ``valid`` or ``train``), laid out as the
             ``eval_batch_size`` streams that ``dsf test`` / ``dsf validate`` read.
@@ -83,7 +83,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         super().__init__()
         _check_corpus(corpus)
         if normalize is not None:
-            from .normalize import get_normalizer
+            from ..data.normalize import get_normalizer
 
             get_normalizer(normalize)  # an unknown name fails here, naming the known ones
         self.normalize = normalize
@@ -106,7 +106,7 @@ class LanguageModelDataModule(L.LightningDataModule):
     def corpus(self):
         """The loaded corpus (read, tokenized and cached on first use)."""
         if self._corpus is None:
-            from .corpora import load_corpus
+            from ..data.corpora import load_corpus
 
             if self.vocab_from is not None:
                 self._corpus = self._load_with_pretrained_vocab(load_corpus)
@@ -125,14 +125,14 @@ class LanguageModelDataModule(L.LightningDataModule):
         return self._corpus
 
     def _pretrained(self):
-        from ..finetune import load_for_finetuning
+        from .finetune import load_for_finetuning
 
         return load_for_finetuning(self.vocab_from)
 
     def _load_with_pretrained_vocab(self, load_corpus):
-        from ..finetune import check_corpus_tokenizer, corpus_options_for
+        from .finetune import check_corpus_tokenizer, corpus_options_for
 
-        from .normalize import normalizer_for_corpus
+        from ..data.normalize import normalizer_for_corpus
 
         pretrained = self._pretrained()
         options = corpus_options_for(self.corpus_name, self.corpus_options, pretrained)
@@ -150,7 +150,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         """The normalizer for a text file of your own read with this corpus's vocabulary (``predict_file``):
         ``normalize`` when given (``none``: None), else the pretrained model's (``vocab_from``), else the one
         that writes text in the corpus's form (``ptb`` for ``ptb``)."""
-        from .normalize import get_normalizer, normalizer_for_corpus
+        from ..data.normalize import get_normalizer, normalizer_for_corpus
 
         if self.normalize is not None:
             return get_normalizer(self.normalize)
@@ -179,7 +179,7 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     # -- checkpoints: what a resume must find unchanged (training/resume.py) ----------------------------
     def _fingerprint(self) -> dict[str, Any]:
-        from ..training.resume import data_fingerprint
+        from .resume import data_fingerprint
 
         world = self.trainer.world_size if self.trainer is not None else 1
         key = (id(self.corpus), world)
@@ -195,7 +195,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         checkpoint written with another corpus or stream layout; another number of processes is allowed."""
         if self.trainer is None or self.trainer.state.fn != "fit":
             return  # validate / test a checkpoint on any data
-        from ..training.resume import check_data_fingerprint
+        from .resume import check_data_fingerprint
 
         saved, now = state.get("fingerprint"), self._fingerprint()
         check_data_fingerprint(saved, now)
@@ -224,7 +224,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         if "predict_file" not in self._windows:
             import torch
 
-            from .corpora.files import read_lines
+            from ..data.corpora.files import read_lines
 
             corpus = self.corpus
             tokenizer = getattr(corpus, "tokenizer", None)

@@ -8,7 +8,7 @@ closest to the budget. Counts are exact: each candidate model is built on PyTorc
 (shapes only, no memory, about a millisecond per build) and its distinct parameters are counted (a tied
 matrix once), so every cell option that changes the count is taken into account.
 
->>> from dsf_lightning.reproduce.budget import hidden_size_for_budget, lm_parameter_count
+>>> from dsf_lightning.model.budget import hidden_size_for_budget, lm_parameter_count
 >>> budget = lm_parameter_count("lstm", 100, vocab_size=2404, embedding_size=0)
 >>> hidden_size_for_budget("delta-rnn", budget, vocab_size=2404, embedding_size=0)
 246
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import yaml
 
-from ..model import LMConfig, RecurrentLM, count_parameters
+from . import LMConfig, RecurrentLM, count_parameters
 
 REFERENCE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\(([^()]*)\))?\s*:\s*([0-9]+)\s*$")
 OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([^=]+?)\s*$")

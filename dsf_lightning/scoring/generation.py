@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import Tensor
 
-from .scoring import ScoringError
+from . import ScoringError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scoring import Scorer
+    from . import Scorer
 
 __all__ = ["Detokenizer", "GeneratedText", "GenerationError", "GenerationState", "generate", "next_token_filter"]
 

@@ -1,0 +1,66 @@
+"""A ``LanguageModelModule`` checkpoint -> a language-model folder (:mod:`dsf_lightning.model.pretrained`).
+
+The checkpoint is read with ``torch.load(weights_only=True)`` (never a full unpickle); the vocabulary and
+tokenizer come from the corpus the run trained on (named in the checkpoint or in the LightningCLI
+``config.yaml`` beside it). :func:`export_checkpoint` can score the corpus's splits with the weights exactly as
+stored and put the numbers in the card (``dsf export --evaluate``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from ..hub._folder import round_to_storage
+from ..model.pretrained import save_pretrained
+from ..training.read_checkpoint import pretrained_from_checkpoint
+
+logger = logging.getLogger(__name__)
+
+
+def export_checkpoint(
+    ckpt_path,
+    folder,
+    *,
+    corpus_name: str | None = None,
+    data_root=None,
+    corpus_options: dict | None = None,
+    dtype: str = "float32",
+    eval_results: list[dict] | None = None,
+    info: dict | None = None,
+    card_extra: dict | None = None,
+    evaluate: Sequence[str] = (),
+    dynamic: Sequence[int] = (),
+    dynamic_updates: str = "segment",
+) -> Path:
+    """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder.
+
+    ``evaluate`` (e.g. ``("valid", "test")``) scores those splits' files with the weights exactly as
+    stored (rounded to ``dtype`` first) and puts the numbers in the card and ``info["metrics"]``;
+    ``dynamic`` (``(1, 2)``) adds the test numbers under dynamic evaluation #1 / #2 (DSF sec 4.2), with an
+    SGD update every 20 tokens (``dynamic_updates="segment"``) or after each sentence (``"sentence"``, the
+    paper's); ``info["metrics"]["dynamic_updates"]`` and the card record which.
+    """
+    if dynamic and dynamic_updates not in ("segment", "sentence"):
+        raise ValueError(f"dynamic_updates must be 'segment' (every 20 tokens) or 'sentence' (after each sentence), "
+                         f"got {dynamic_updates!r}")
+    pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options, info=info)
+    if evaluate:
+        from ..evaluation import evaluate_on_corpus
+
+        round_to_storage(pretrained.model, dtype)  # evaluate the weights the folder will hold
+        results, metrics = evaluate_on_corpus(
+            pretrained, pretrained.info["corpus"], evaluate, data_root=data_root, corpus_options=corpus_options
+        )
+        if dynamic:
+            from ..evaluation.corpus_eval import dynamic_results_on_corpus
+
+            more, more_metrics = dynamic_results_on_corpus(
+                pretrained, pretrained.info["corpus"], dynamic, data_root=data_root, corpus_options=corpus_options,
+                updates=dynamic_updates,
+            )
+            results, metrics = [*results, *more], {**metrics, **more_metrics}
+        eval_results = [*(eval_results or []), *results]
+        pretrained.info = {**pretrained.info, "metrics": {**pretrained.info.get("metrics", {}), **metrics}}
+    return save_pretrained(pretrained, folder, dtype=dtype, eval_results=eval_results, card_extra=card_extra)

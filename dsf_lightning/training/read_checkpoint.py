@@ -1,0 +1,233 @@
+"""Reading what a training run left behind: a Lightning checkpoint (safely, ``weights_only``), the LightningCLI
+``config.yaml`` that describes it, and a ``LanguageModelModule`` checkpoint as a :class:`Pretrained` (the model
+with its corpus's vocabulary and tokenizer). :mod:`dsf_lightning.export` turns these into hub folders; the
+analysis tools read checkpoints with :func:`pretrained_from_checkpoint` too.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import pickle
+import re
+import zipfile
+from pathlib import Path
+
+import torch
+
+from ..data.tokenizers import get_tokenizer
+from ..data.vocab import Vocabulary
+from ..hub._folder import CheckpointError, _check_normalize, _jsonable, _plain_json, load_state, match_state
+from ..model import LMConfig, ModelConfigError
+from ..model.pretrained import Pretrained, _describe, _expected_state
+
+logger = logging.getLogger(__name__)
+
+
+def load_checkpoint(path: Path, what: str = "LanguageModelModule") -> dict:
+    """``torch.load(weights_only=True)``: tensors, numbers, strings and plain containers only."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
+        described = found.group(0).strip() if found else str(err).splitlines()[0]
+        raise CheckpointError(
+            f"{path}: holds Python objects that safe (weights_only) loading refuses ({described}); dsf-lightning never "
+            "unpickles arbitrary objects. If you trust the file and the type is harmless, allow it with "
+            "torch.serialization.add_safe_globals([...]) and retry"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable PyTorch Lightning checkpoint ({first}); is the file complete?") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
+        keys = sorted(ckpt)[:10] if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointError(
+            f"{path}: not a {what} checkpoint (needs 'state_dict' and 'hyper_parameters', found {keys})"
+        )
+    return ckpt
+
+
+def cli_configs(path: Path) -> list[Path]:
+    """The LightningCLI ``config.yaml`` files that may describe the run that wrote checkpoint ``path``, nearest
+    first: beside it, one or two folders up, then in the loggers' ``<run>/*/version_*/`` folders (the newest
+    version first), where ``dsf fit`` with a CSVLogger saves it."""
+    found: list[Path] = []
+    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
+        candidate = folder / "config.yaml"
+        if candidate.is_file() and candidate not in found:
+            found.append(candidate)
+    versions = [p for p in path.parent.parent.glob("*/version_*/config.yaml") if p.is_file()]
+
+    def number(p: Path) -> int:
+        digits = p.parent.name.removeprefix("version_")
+        return int(digits) if digits.isdigit() else -1
+
+    found += sorted((p for p in versions if p not in found), key=lambda p: (-number(p), str(p)))
+    return found
+
+
+def read_cli_config(candidate: Path) -> dict | None:
+    """A LightningCLI config / recipe YAML as a dict (bounded, safe YAML); None when it cannot be read."""
+    import yaml
+
+    from .recipe_guard import check_config_structure
+
+    try:
+        data = yaml.load(candidate.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        check_config_structure(data, str(candidate))  # no alias bomb, nothing thousands of levels deep
+    except (yaml.YAMLError, RecursionError, OSError, UnicodeDecodeError, ValueError) as err:
+        logger.warning("ignoring %s: %s", candidate, err)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+SEQUENCE_MODULES = ("SequenceClassifier", "SequenceTagger")
+
+
+def sequence_module_name(ckpt: dict) -> str | None:
+    """``"SequenceClassifier"`` / ``"SequenceTagger"`` for a checkpoint of a :mod:`dsf_lightning.tasks` module
+    (by the class LightningCLI recorded, else by its hyper-parameters), None otherwise."""
+    hparams = ckpt.get("hyper_parameters")
+    if not isinstance(hparams, dict):
+        return None
+    path = hparams.get("_class_path")
+    if isinstance(path, str) and path.rsplit(".", 1)[-1] in SEQUENCE_MODULES:
+        return path.rsplit(".", 1)[-1]
+    if {"num_classes", "input_mode", "cell", "hidden_size"} <= set(hparams):
+        return "SequenceClassifier" if "readout" in hparams else "SequenceTagger"
+    return None
+
+
+def is_classifier_checkpoint(ckpt: dict) -> bool:
+    """Whether a loaded checkpoint holds a :mod:`dsf_lightning.tasks` sequence module (not a language model)."""
+    return sequence_module_name(ckpt) is not None
+
+
+def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
+    if not isinstance(hparams, dict):
+        raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
+    fields = {f.name for f in dataclasses.fields(LMConfig)}
+    values = {k: v for k, v in hparams.items() if k in fields}
+    if "vocab_size" not in values:
+        raise CheckpointError(f"{path}: hyper_parameters has no vocab_size: not a LanguageModelModule checkpoint")
+    if values.get("cell_options") is None:
+        values["cell_options"] = {}
+    values["cell_options"] = dict(values["cell_options"])
+    if isinstance(values.get("hidden_sizes"), int):
+        values["hidden_sizes"] = [values["hidden_sizes"]]
+    try:
+        return LMConfig(**values)
+    except (ModelConfigError, TypeError) as err:
+        raise CheckpointError(f"{path}: hyper_parameters do not make a valid model: {err}") from None
+
+
+def _cli_data_config(path: Path) -> dict:
+    """The ``data`` section of the LightningCLI ``config.yaml`` of the run that wrote checkpoint ``path``
+    (:func:`~._folder.cli_configs`: beside it, one or two levels up, or in its logger's version folder)."""
+    for candidate in cli_configs(path):
+        data = read_cli_config(candidate) or {}
+        section = data.get("data")
+        if isinstance(section, dict):
+            section = section.get("init_args", section)
+            if isinstance(section, dict) and section.get("corpus"):
+                logger.info("corpus settings from %s", candidate)
+                return dict(section, _source=str(candidate))
+    return {}
+
+
+def pretrained_from_checkpoint(
+    ckpt_path,
+    corpus=None,
+    *,
+    data_root=None,
+    corpus_options: dict | None = None,
+    info: dict | None = None,
+) -> Pretrained:
+    """A :class:`Pretrained` from a ``LanguageModelModule`` checkpoint.
+
+    The checkpoint is read with ``torch.load(weights_only=True)`` (never a full unpickle). The model
+    config comes from ``hyper_parameters``, the weights from the ``state_dict`` keys under ``model.``
+    (checked strictly). The vocabulary and tokenizer come from ``corpus``: a loaded ``Corpus``, or a
+    corpus name; when ``None`` the name (and data root / options) is taken from the checkpoint's
+    ``datamodule_hyper_parameters`` or from a LightningCLI ``config.yaml`` beside it. ``info`` is
+    merged over what is recorded automatically (corpus, checkpoint epoch/step, training settings).
+    """
+    path = Path(ckpt_path).expanduser()
+    ckpt = load_checkpoint(path)
+    if is_classifier_checkpoint(ckpt):
+        raise CheckpointError(
+            f"{path}: holds a SequenceClassifier (a text classifier), not a LanguageModelModule: export it with "
+            "`dsf export` (which tells the kinds apart) or dsf_lightning.tasks.pretrained.export_classifier_checkpoint"
+        )
+    config = _config_from_hparams(ckpt["hyper_parameters"], path)
+    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    if not state:
+        raise CheckpointError(f"{path}: state_dict has no 'model.' entries: not a LanguageModelModule checkpoint")
+    model, expected = _expected_state(
+        config, path, error=CheckpointError,
+        fix="was the checkpoint written by LanguageModelModule, with a cell and options this installation provides?"
+    )
+    checked = match_state(
+        state, {}, expected, _describe(config), f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
+        fix="was the checkpoint written by LanguageModelModule with these settings?",
+    )
+    load_state(model, checked)
+
+    settings = {}
+    dm = ckpt.get("datamodule_hyper_parameters")
+    if isinstance(dm, dict) and dm.get("corpus"):
+        settings = dict(dm, _source=f"{path.name} datamodule_hyper_parameters")
+    elif corpus is None:
+        settings = _cli_data_config(path)
+    if corpus is None:
+        corpus = settings.get("corpus")
+    if corpus is None:
+        raise CheckpointError(
+            f"{path}: cannot tell which corpus the model was trained on (no datamodule_hyper_parameters in the "
+            "checkpoint and no LightningCLI config.yaml beside it); pass the corpus name "
+            "(corpus_name=... / `dsf export --corpus NAME`)"
+        )
+    if isinstance(corpus, str):
+        from ..data.corpora import load_corpus
+
+        options = dict(settings.get("corpus_options") or {}) if settings.get("corpus") == corpus else {}
+        options.update(corpus_options or {})
+        root = data_root if data_root is not None else (settings.get("data_root") if settings.get("corpus") == corpus else None)
+        corpus_obj = load_corpus(corpus, data_root=root, **options)
+    else:
+        corpus_obj, options = corpus, dict(corpus_options or {})
+        if not hasattr(corpus_obj, "vocab"):
+            raise TypeError(f"corpus must be a corpus name or a loaded Corpus, got {type(corpus).__name__}")
+    vocab = corpus_obj.vocab
+    if not isinstance(vocab, Vocabulary):
+        raise CheckpointError(f"corpus {getattr(corpus_obj, 'name', corpus)!r} has no Vocabulary object (got {type(vocab).__name__})")
+    if len(vocab) != config.vocab_size:
+        raise CheckpointError(
+            f"{path}: the model has vocab_size={config.vocab_size:,} but corpus {corpus_obj.name!r} "
+            f"(options {options}) gives {len(vocab):,} symbols: wrong corpus or corpus options"
+        )
+    tokenizer = getattr(corpus_obj, "tokenizer", None) or get_tokenizer(corpus_obj.tokenizer_name)
+    fields = {f.name for f in dataclasses.fields(LMConfig)}
+    training = {k: v for k, v in ckpt["hyper_parameters"].items() if k not in fields and not k.startswith("_")}
+    recorded = {
+        "corpus": corpus_obj.name,
+        "corpus_options": _jsonable({k: v for k, v in options.items() if k != "path"}),
+        "tokenizer": tokenizer.name,
+        "checkpoint": {
+            "file": path.name,
+            "epoch": ckpt.get("epoch"),
+            "global_step": ckpt.get("global_step"),
+            "lightning_version": ckpt.get("pytorch-lightning_version"),
+        },
+        "training": _jsonable(training),
+    }
+    recorded.update(copy.deepcopy(info or {}))
+    # the text normalizer: the one the data module applied (data.normalize), else the corpus's own form
+    from ..data.normalize import normalizer_for_corpus
+
+    asked = settings.get("normalize")
+    normalize = _check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"), normalize=normalize)
