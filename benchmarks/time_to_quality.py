@@ -143,10 +143,10 @@ class Tracker:
         self.save()
 
     def save(self) -> None:
-        from dsf_lightning._fs import write_text_atomic
+        from dsf_lightning._fs import write_atomic
 
-        write_text_atomic(self.out / f"{self.name}.json",
-                          json.dumps({"name": self.name, "curve": self.curve, "at_budget": self.at_budget}, indent=1))
+        write_atomic(self.out / f"{self.name}.json",
+                     json.dumps({"name": self.name, "curve": self.curve, "at_budget": self.at_budget}, indent=1))
 
 
 # ============================================================================================== the peer

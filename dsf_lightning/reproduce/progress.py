@@ -23,7 +23,7 @@ from typing import Any
 
 import lightning as L
 
-from .._fs import write_text_atomic
+from .._fs import write_atomic
 
 PROGRESS_FILE = "progress.json"
 
@@ -81,7 +81,7 @@ class RowProgress(L.Callback):
         now = time.perf_counter()
         if force or now - self._last_write >= self.every_s:
             self._last_write = now
-            write_text_atomic(self.path, json.dumps(self.progress, indent=1))
+            write_atomic(self.path, json.dumps(self.progress, indent=1))
 
     def on_train_start(self, trainer, pl_module) -> None:
         # a resumed fit (its state restored by now) trains again from the checkpoint's epoch: drop what was

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .._fs import write_text_atomic as write_atomic
+from .._fs import write_atomic
 from .progress import read_progress, totals
 from .tables import Table
 

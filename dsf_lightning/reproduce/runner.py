@@ -56,7 +56,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from .._fs import write_text_atomic as write_atomic
+from .._fs import write_atomic
 from .report import (STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, row_folder,
                      write_outputs)
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key

@@ -27,8 +27,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import socket
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -37,7 +35,7 @@ from lightning.fabric.utilities.cloud_io import _load as pl_load
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from .._fs import fsync_dir
+from .._fs import remove_stale_temporaries, write_atomic  # noqa: F401  (remove_stale_temporaries: re-exported)
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -47,9 +45,6 @@ __all__ = [
     "nonfinite_tensors",
     "remove_stale_temporaries",
 ]
-
-_TMP_MARK = ".tmp-"
-
 
 class CheckpointLoadError(ValueError):
     """A checkpoint cannot be loaded safely (it holds objects that weights-only loading refuses,
@@ -82,81 +77,12 @@ def nonfinite_tensors(obj: Any, where: str = "", limit: int = 5) -> list[str]:
 _CHECKED_KEYS = ("state_dict", "dsf_carried_train_state", "optimizer_states")
 
 
-def _host_tag() -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
-
-
-def _tmp_prefix(path: Path) -> str:
-    return f".{path.name}{_TMP_MARK}"
-
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but someone else's
-        return True
-    except OSError:
-        return True
-    return True
-
-
-def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
-    """Delete the temporary files that killed saves of ``path`` left beside it.
-
-    Only files written by a process of *this* machine that no longer runs are removed (the host and
-    process id are in the name), so a concurrent save of another process or node is never touched.
-    Returns the paths removed.
-    """
-    path = Path(path)
-    host = _host_tag()
-    removed = []
-    try:
-        candidates = list(path.parent.glob(_tmp_prefix(path) + "*"))
-    except OSError:
-        return removed
-    pattern = re.compile(re.escape(_tmp_prefix(path)) + r"(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+$")
-    for candidate in candidates:
-        match = pattern.match(candidate.name)
-        if match is None or match["host"] != host or _pid_alive(int(match["pid"])):
-            continue
-        try:
-            candidate.unlink()
-            removed.append(candidate)
-        except OSError:
-            pass
-    return removed
-
-
 def atomic_torch_save(obj: Any, path: str | os.PathLike, *, write: Optional[Callable[[Any, Any], None]] = None) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically: hidden temporary file in the same folder, fsync,
-    ``os.replace``, fsync of the folder. On any error the temporary file is removed and ``path`` is
-    left as it was. ``write(obj, file)`` replaces ``torch.save`` (for tests that inject faults)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
-    tmp = path.parent / f"{_tmp_prefix(path)}{_host_tag()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    try:
-        with open(tmp, "wb") as f:
-            (write or torch.save)(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():  # keep the permissions of the file being replaced
-            try:
-                os.chmod(tmp, path.stat().st_mode & 0o777)
-            except OSError:
-                pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
-    return path
+    """``torch.save(obj)`` to ``path`` through :func:`dsf_lightning._fs.write_atomic` (hidden temporary file in
+    the same folder, fsync, ``os.replace``, fsync of the folder; the permissions of the file replaced are
+    kept). On any error the temporary file is removed and ``path`` is left as it was. ``write(obj, file)``
+    replaces ``torch.save`` (for tests that inject faults)."""
+    return write_atomic(path, lambda f: (write or torch.save)(obj, f))
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -36,6 +36,8 @@ from typing import Any, Sequence
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from .._fs import write_atomic
+
 __all__ = ["TokenLogprobWriter", "DEFAULT_PREDICT_OUTPUT"]
 
 logger = logging.getLogger(__name__)
@@ -112,13 +114,9 @@ class TokenLogprobWriter(BasePredictionWriter):
 
     def on_predict_epoch_end(self, trainer, pl_module) -> None:
         part = self._part(trainer)
-        tmp = part.with_name(part.name + ".tmp")
-        with open(tmp, "wb") as out:
-            for f in self._files:
-                f.close()
-                with open(f.name, "rb") as src:
-                    shutil.copyfileobj(src, out)
-        os.replace(tmp, part)
+        for f in self._files:
+            f.close()
+        write_atomic(part, lambda out: _concatenate([Path(f.name) for f in self._files], out))
         shutil.rmtree(self._spool, ignore_errors=True)
         self._files, self._spool = [], None
         if trainer.world_size > 1:
@@ -138,12 +136,7 @@ class TokenLogprobWriter(BasePredictionWriter):
                 f"rank 0 cannot see the per-rank prediction files {missing}: put the predict output on a filesystem "
                 "every node shares, or use TokenLogprobWriter(merge=False) and join the rank files yourself"
             )
-        tmp = out.with_name(out.name + ".tmp")
-        with open(tmp, "wb") as dst:
-            for p in parts:
-                with open(p, "rb") as src:
-                    shutil.copyfileobj(src, dst)
-        os.replace(tmp, out)
+        write_atomic(out, lambda dst: _concatenate(parts, dst))
         for p in parts:
             p.unlink()
 
@@ -153,6 +146,12 @@ class TokenLogprobWriter(BasePredictionWriter):
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
         self._files, self._spool = [], None
+
+
+def _concatenate(paths: Sequence[Path], out) -> None:
+    for path in paths:
+        with open(path, "rb") as src:
+            shutil.copyfileobj(src, out)
 
 
 def predict_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

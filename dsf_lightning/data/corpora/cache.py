@@ -2,7 +2,7 @@
 
 An entry holds one int64 tensor per split and, in the safetensors metadata, JSON for the vocabulary,
 the tokenizer (with learned state), the cache key and a sha256 of the tensors' bytes. Entries are
-written to a temp file and ``os.replace``-d into place, so readers see either nothing or a whole
+written through ``_fs.write_atomic`` (a temp file ``os.replace``-d into place), so readers see either nothing or a whole
 file, and two processes building the same entry at once each replace it with identical content.
 An entry that fails to parse or whose checksum does not match is reported as corrupted (``None``)
 and rebuilt by the caller.
@@ -21,7 +21,8 @@ from safetensors.torch import save as safetensors_save
 
 from ..tokenizers import Tokenizer, tokenizer_from_json
 from ..vocab import Vocabulary
-from .files import atomic_write_bytes
+from ..._fs import write_atomic
+from .files import FILE_MODE
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def save_entry(
         "vocab": vocab.to_json(),
         "tokenizer": tokenizer.to_json(),
     }
-    atomic_write_bytes(path, safetensors_save(tensors, metadata=metadata))
+    write_atomic(path, safetensors_save(tensors, metadata=metadata), mode=FILE_MODE)
     logger.info("cached tokenized corpus at %s", path)
 
 

@@ -14,19 +14,20 @@ import io
 import logging
 import lzma
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from ..._fs import write_atomic
+
 logger = logging.getLogger(__name__)
 
 DATA_ROOT_ENV = "DSF_DATA_ROOT"
 CACHE_DIR_ENV = "DSF_CACHE_DIR"
 _CHUNK = 1 << 20
-_FILE_MODE = 0o644
+FILE_MODE = 0o644  # files shared caches hold: readable by every user
 
 
 class CorpusError(Exception):
@@ -183,48 +184,26 @@ def read_lines(path: str | os.PathLike) -> Iterator[str]:
                 yield line
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace`` it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _FILE_MODE)  # mkstemp creates 0600; a shared cache should be readable
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def download(url: str, dest: str | os.PathLike, sha256: str | None = None, *, timeout: float = 60.0) -> Path:
-    """Fetch ``url`` to ``dest`` atomically: stream to a temp file, check ``sha256``, rename.
+    """Fetch ``url`` to ``dest`` atomically (:func:`dsf_lightning._fs.write_atomic`): stream to a temporary
+    sibling, check ``sha256``, rename.
 
     On any failure (network, checksum) nothing is left at ``dest`` or beside it.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+
+    def fetch(out) -> None:
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             while chunk := resp.read(_CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
         if sha256 is not None and digest.hexdigest() != sha256:
             raise CorpusError(f"downloaded {url}: sha256 {digest.hexdigest()}, expected {sha256}; not saved")
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, dest)
+
+    try:
+        write_atomic(dest, fetch, mode=FILE_MODE)
     except (urllib.error.URLError, OSError) as err:
-        Path(tmp).unlink(missing_ok=True)
         raise CorpusError(f"could not download {url} to {dest}: {err}") from err
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     logger.info("downloaded %s -> %s", url, dest)
     return dest
