@@ -7,7 +7,7 @@ no files); :mod:`.plots` draws them and :mod:`.command` is ``dsf analyze``.
 * :mod:`.centroids`: sr-RNN centroid visits, transitions and prototypes (sr-RNN paper sec. 5);
 * :mod:`.trajectories`: hidden / cell state trajectories, 2-D PCA;
 * :mod:`.sentence_completion`: the MRSC protocol (IRLM paper sec. 5.3), optionally with a subset of units;
-* :mod:`.dfa`: automata extracted from sr-RNNs (sr-RNN paper appendix E);
+* :mod:`dsf_lightning.tasks.dfa` (with the tasks it serves): automata extracted from sr-RNNs (sr-RNN paper appendix E);
 * :mod:`.fresh`: short training runs so the tools work without a trained model.
 
 The modules import lazily: ``from dsf_lightning.analysis import state_deltas`` loads only what it needs.

@@ -24,15 +24,13 @@ scripts ``python -m dsf_lightning.tasks.{tomita,parentheses}_experiment`` (table
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from ..training.recipe_files import RECIPES_ENV, default_recipes_dir, list_recipes, recipe_published, recipe_title  # noqa: F401 - used by the runner, the CLI and tests
 
 METRICS = {"ppl": "test_ppl", "bpc": "test_bpc", "nll": "test_loss", "error": "test_error"}
 EVALUATIONS = ("dynamic1", "dynamic2")
-RECIPES_ENV = "DSF_RECIPES_DIR"
 
 
 @dataclass(frozen=True)
@@ -404,41 +402,3 @@ def get_table(table_id: str) -> Table:
         return TABLES[table_id]
     except KeyError:
         raise KeyError(f"unknown table {table_id!r}; known: {', '.join(TABLES)} (see `dsf list tables`)") from None
-
-
-def default_recipes_dir() -> Path:
-    """``$DSF_RECIPES_DIR``, else the ``recipes/`` folder of a source checkout, else ``./recipes``."""
-    if os.environ.get(RECIPES_ENV):
-        return Path(os.environ[RECIPES_ENV]).expanduser()
-    checkout = Path(__file__).resolve().parents[2] / "recipes"
-    return checkout if checkout.is_dir() else Path.cwd() / "recipes"
-
-
-def recipe_title(path: Path) -> str:
-    """The first header line of a recipe (``# Title``)."""
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#") and line.strip("# ").strip():
-            return line.lstrip("#").strip()
-    return ""
-
-
-def recipe_published(path: Path) -> str:
-    """The recipe's ``Paper:`` header line(s), joined."""
-    lines, grab = [], False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith("#"):
-            break
-        text = line.lstrip("#").strip()
-        if text.startswith("Paper:"):
-            grab, text = True, text[len("Paper:"):].strip()
-        elif re.match(r"^[A-Z][A-Za-z ]*:", text) or not text:
-            grab = False
-        if grab:
-            lines.append(text)
-    return " ".join(lines)
-
-
-def list_recipes(recipes_dir: Path | None = None) -> list[Path]:
-    """Every recipe (``*.yaml``) under the recipes folder, sorted, relative to it."""
-    root = Path(recipes_dir) if recipes_dir is not None else default_recipes_dir()
-    return sorted(p.relative_to(root) for p in root.rglob("*.yaml"))

@@ -10,7 +10,7 @@
 * :mod:`.tomita_experiment`: train sr-GRUs on Tomita grammars, extract and check their DFAs
   (``python -m dsf_lightning.tasks.tomita_experiment``).
 
-DFA extraction itself is :func:`dsf_lightning.analysis.dfa.extract_dfa`.
+DFA extraction itself is :func:`dsf_lightning.tasks.dfa.extract_dfa`.
 """
 
 from .data import BucketBatchSampler, SequenceDataModule, TokenSequenceDataset, Vocabulary, collate

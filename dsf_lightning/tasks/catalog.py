@@ -72,7 +72,7 @@ def task_recipes(recipes_dir: Path | None = None) -> dict[type, list[str]]:
     """The recipes (paths relative to the recipes folder) whose ``data.class_path`` names each task DataModule."""
     import yaml
 
-    from ..reproduce.tables import default_recipes_dir, list_recipes
+    from ..training.recipe_files import default_recipes_dir, list_recipes
 
     root = Path(recipes_dir) if recipes_dir is not None else default_recipes_dir()
     by_name = {info.datamodule.__name__: info.datamodule for info in list_tasks()}

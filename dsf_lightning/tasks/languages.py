@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..analysis.dfa import DFA
+from .dfa import DFA
 
 BINARY = ("0", "1")
 

@@ -14,7 +14,7 @@ the stochastic component (:meth:`~dsf_lightning.cells.state_reg.StateRegularized
 a plain step for other cells) before the classifier, which then sees both the hidden and the cell state.
 
 For state-regularized cells the classifier also exposes what DFA extraction needs
-(:func:`dsf_lightning.analysis.dfa.extract_dfa`): :meth:`SequenceClassifier.transition_trace` (the
+(:func:`dsf_lightning.tasks.dfa.extract_dfa`): :meth:`SequenceClassifier.transition_trace` (the
 transition probabilities of every step), :meth:`~SequenceClassifier.centroid_decisions` and
 :meth:`~SequenceClassifier.centroid_transitions` (the network read at exactly each centroid).
 """

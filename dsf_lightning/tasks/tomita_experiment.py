@@ -27,7 +27,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from ..analysis.dfa import extract_dfa
+from .dfa import extract_dfa
 from .datamodules import TomitaDataModule
 from .experiment_utils import accuracy as string_accuracy
 from .experiment_utils import args_to_json, machine_line, prepare_run, quiet_trainer, write_results

@@ -7,7 +7,7 @@ malformed DFA (test_dfa.py), ``accepting="labels"`` without labels (test_extract
 import pytest
 import torch
 
-from dsf_lightning.analysis.dfa import DFAError, extract_dfa
+from dsf_lightning.tasks.dfa import DFAError, extract_dfa
 from dsf_lightning.tasks import CopyingMemoryDataModule, SequenceClassifier, TomitaDataModule, Vocabulary
 from dsf_lightning.tasks import languages as lang
 from dsf_lightning.tasks.data import UnknownSymbolError

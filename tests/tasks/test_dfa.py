@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from dsf_lightning.analysis.dfa import DFA, DFAError
+from dsf_lightning.tasks.dfa import DFA, DFAError
 from dsf_lightning.tasks.languages import tomita_dfa
 
 STRINGS = [""] + ["".join(p) for n in range(1, 9) for p in itertools.product("ab", repeat=n)]

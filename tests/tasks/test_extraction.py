@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from dsf_lightning.analysis.dfa import DFA, DFAError, extract_dfa
+from dsf_lightning.tasks.dfa import DFA, DFAError, extract_dfa
 from dsf_lightning.tasks import SequenceClassifier, Vocabulary
 from dsf_lightning.tasks.languages import tomita_dfa
 
