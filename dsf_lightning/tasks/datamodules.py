@@ -19,7 +19,6 @@ and end tokens of sec. 3.3 unless ``start_end_tokens=False``.
 from __future__ import annotations
 
 import json
-import lzma
 import os
 from collections import Counter
 from functools import partial
@@ -28,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..data.corpora.files import CorpusError, FileSpec, resolve_data_root, verify_file
+from ..data.corpora.files import CorpusError, FileSpec, read_lines, resolve_data_root, verify_file
 from ..data.corpora.imdb import SHA256 as IMDB_SHA256
 from ..data.corpora.imdb import normalize_review
 from . import languages as lang
@@ -271,11 +270,10 @@ class IMDBSentimentDataModule(SequenceDataModule):
         if self.verify:
             verify_file(path, FileSpec(f"imdb/{split}.jsonl.xz", sha256=IMDB_SHA256[split]))
         words, labels = [], []
-        with lzma.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                review = json.loads(line)
-                words.append(normalize_review(review["text"]).split())
-                labels.append(int(review["label"]))
+        for line in read_lines(path):
+            review = json.loads(line)
+            words.append(normalize_review(review["text"]).split())
+            labels.append(int(review["label"]))
         return words, labels
 
     def _ensure_vocab(self) -> None:
