@@ -59,6 +59,7 @@ from itertools import repeat
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_bool
 from ..ops.fast_linear import SequenceLinear, fast_linear
 from .base import CellOptionError, MaybeMasks, RecurrentCell, State
 from .base import activation as _activation  # the option of the same name would shadow it
@@ -66,12 +67,6 @@ from .registry import register_cell
 
 
 # -- option checks that base.py does not provide -------------------------------------------------
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise CellOptionError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def _check_finite(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise CellOptionError(f"{name} must be a finite number, got {value!r}")
@@ -410,7 +405,7 @@ class GRUCell(SequenceLoopCell):
 
     def __init__(self, input_size: int, hidden_size: int, *, reset_after: bool = False) -> None:
         super().__init__(input_size, hidden_size)
-        self.reset_after = _check_bool("reset_after", reset_after)
+        self.reset_after = check_bool("reset_after", reset_after, CellOptionError)
         H = hidden_size
         self.W = nn.Parameter(torch.empty(3 * H, input_size))  # [W_q; W_r; W_h]
         self.V = nn.Parameter(torch.empty(3 * H, H))  # [V_q; V_r; V_h]
@@ -518,7 +513,7 @@ class SmoothedReLURNNCell(SequenceLoopCell):
     def __init__(self, input_size: int, hidden_size: int, *, a: float = 1.0, bias: bool = False) -> None:
         super().__init__(input_size, hidden_size)
         self.a = _check_positive("a", a)
-        self.bias = _check_bool("bias", bias)
+        self.bias = check_bool("bias", bias, CellOptionError)
         H = hidden_size
         self.W = nn.Parameter(torch.empty(H, input_size))  # encoding matrix
         self.V = nn.Parameter(torch.empty(H, H))  # recurrent (transformation) matrix R

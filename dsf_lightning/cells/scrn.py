@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_bool
 from ..ops.fast_linear import fast_linear
 from ..ops.final_state import through_final_state
 from ..ops.fused_rnn import ACTIVATION_NAMES, gated_recurrence
@@ -53,12 +54,6 @@ from .base import (
 from .registry import register_cell
 
 OUTPUTS = ("both", "hidden")
-
-
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise CellOptionError(f"{name} must be a bool, got {value!r}")
-    return value
 
 
 @register_cell("scrn")
@@ -108,7 +103,7 @@ class SCRNCell(RecurrentCell):
     ) -> None:
         super().__init__(input_size, hidden_size)
         self.context_size = check_positive_int("context_size", context_size)
-        self.learn_alpha = _check_bool("learn_alpha", learn_alpha)
+        self.learn_alpha = check_bool("learn_alpha", learn_alpha, CellOptionError)
         alpha = check_probability("alpha", alpha)
         if self.learn_alpha and alpha in (0.0, 1.0):
             raise CellOptionError(f"alpha must lie strictly inside (0, 1) when learn_alpha=True, got {alpha!r}")
@@ -116,7 +111,7 @@ class SCRNCell(RecurrentCell):
         self.output = check_choice("output", output, OUTPUTS)
         self.sigma = activation(hidden_activation, "hidden_activation")
         self.hidden_activation = hidden_activation
-        self.bias = _check_bool("bias", bias)
+        self.bias = check_bool("bias", bias, CellOptionError)
 
         S, H = context_size, hidden_size
         self.B = nn.Parameter(torch.empty(S, input_size))  # input -> context (eq. 1)

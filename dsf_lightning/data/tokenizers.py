@@ -24,6 +24,7 @@ from collections import Counter
 from itertools import chain
 from typing import Callable, ClassVar, Iterable
 
+from .._checks import check_bool
 from .._json import JSONLimitError, loads_bounded
 
 logger = logging.getLogger(__name__)
@@ -135,12 +136,6 @@ def _check_eos(value: object, name: str = "eos") -> str | None:
     return value
 
 
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TokenizerError(f"{name} must be true or false, got {value!r:.80}")
-    return value
-
-
 def _check_str_list(name: str, value: object) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise TokenizerError(f"{name} must be a list of non-empty strings, got {value!r:.80}")
@@ -225,7 +220,7 @@ class WordTokenizer(Tokenizer):
 
     def __init__(self, *, eos: str | None = "<eos>", lowercase: bool = False):
         super().__init__(eos=eos)
-        self.lowercase = _check_bool("lowercase", lowercase)
+        self.lowercase = check_bool("lowercase", lowercase, TokenizerError)
 
     def options(self) -> dict:
         return {"eos": self.eos, "lowercase": self.lowercase}
@@ -375,7 +370,7 @@ class SubwordTokenizer(Tokenizer):
         if not isinstance(vowels, str):
             raise TokenizerError(f"vowels must be a string of vowel characters (e.g. 'aeiou'), got {vowels!r:.80}")
         self.min_count, self.max_subwords = min_count, max_subwords
-        self.vowels, self.lowercase = vowels.lower(), _check_bool("lowercase", lowercase)
+        self.vowels, self.lowercase = vowels.lower(), check_bool("lowercase", lowercase, TokenizerError)
         self.boundary = _check_eos(boundary, "boundary")
         self.subwords: list[str] | None = None  # kept subwords, most frequent first
         self.chars: list[str] = []
