@@ -200,6 +200,19 @@ class LMConfig:
             )
         return cls(**data)
 
+    @classmethod
+    def from_hparams(cls, hparams: dict[str, Any]) -> "LMConfig":
+        """The config inside a flat mapping of training settings (a ``LanguageModelModule``'s arguments or a
+        checkpoint's ``hyper_parameters``; recipes keep flat ``model:`` keys): the fields of this class are
+        taken, the rest ignored; a single ``hidden_sizes`` int means one layer, ``cell_options: null`` none.
+        The one place where the flat keys become a model config."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in hparams.items() if k in known}
+        values["cell_options"] = dict(values.get("cell_options") or {})
+        if isinstance(values.get("hidden_sizes"), int):
+            values["hidden_sizes"] = [values["hidden_sizes"]]
+        return cls(**values)
+
 
 def _dropout_mask(like: Tensor, shape: tuple[int, ...], p: float) -> Tensor:
     """A Bernoulli(1-p) mask scaled by 1/(1-p) (inverted dropout)."""

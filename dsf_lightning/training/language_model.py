@@ -210,21 +210,7 @@ class LanguageModelModule(L.LightningModule):
         if pretrained is not None or budget_sizes is not None:
             self.hparams.update(cell=cell, hidden_sizes=hidden_sizes, cell_options=cell_options,
                                 embedding_size=embedding_size, tie_weights=tie_weights)
-        self.config = LMConfig(
-            vocab_size=vocab_size,
-            cell=cell,
-            hidden_sizes=hidden_sizes if isinstance(hidden_sizes, list) else [hidden_sizes],
-            cell_options=dict(cell_options or {}),
-            embedding_size=embedding_size,
-            tie_weights=tie_weights,
-            dropout_embedding=dropout_embedding,
-            dropout_input=dropout_input,
-            dropout_hidden=dropout_hidden,
-            dropout_output=dropout_output,
-            dropout_output_context=dropout_output_context,
-            variational=variational,
-            init=init,
-        )
+        self.config = LMConfig.from_hparams(self.hparams)
         self.model = RecurrentLM(self.config)
         self.budget_hidden_sizes = budget_sizes
         if budget_sizes is not None:

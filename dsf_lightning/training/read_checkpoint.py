@@ -109,17 +109,10 @@ def is_classifier_checkpoint(ckpt: dict) -> bool:
 def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
     if not isinstance(hparams, dict):
         raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
-    fields = {f.name for f in dataclasses.fields(LMConfig)}
-    values = {k: v for k, v in hparams.items() if k in fields}
-    if "vocab_size" not in values:
+    if "vocab_size" not in hparams:
         raise CheckpointError(f"{path}: hyper_parameters has no vocab_size: not a LanguageModelModule checkpoint")
-    if values.get("cell_options") is None:
-        values["cell_options"] = {}
-    values["cell_options"] = dict(values["cell_options"])
-    if isinstance(values.get("hidden_sizes"), int):
-        values["hidden_sizes"] = [values["hidden_sizes"]]
     try:
-        return LMConfig(**values)
+        return LMConfig.from_hparams(hparams)
     except (ModelConfigError, TypeError) as err:
         raise CheckpointError(f"{path}: hyper_parameters do not make a valid model: {err}") from None
 
