@@ -27,13 +27,17 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from ..data.vocab import Vocabulary as SymbolVocabulary
+from ..data.vocab import VocabularyError
+
 IGNORE_INDEX = -100
 
 
-class UnknownSymbolError(KeyError, ValueError):
+class UnknownSymbolError(KeyError, VocabularyError):
     """A sequence holds symbols outside a :class:`Vocabulary`'s alphabet (the message names them).
 
-    A ``KeyError`` (what a dictionary lookup raised before) and a ``ValueError`` (bad input)."""
+    A ``KeyError`` (what a dictionary lookup raised before) and a ``ValueError`` (bad input: a
+    :class:`~dsf_lightning.data.vocab.VocabularyError`)."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -45,43 +49,47 @@ def _shown(items: Sequence, limit: int = 12) -> str:
     return text + (f", ... ({len(items)} in all)" if len(items) > limit else "")
 
 
-class Vocabulary:
-    """Symbols <-> ids, with the special tokens first: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3 if any.
+class Vocabulary(SymbolVocabulary):
+    """The symbol vocabulary of :mod:`dsf_lightning.data.vocab` for the sequence tasks: the special tokens
+    first, ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2 (its end symbol), ``<unk>`` 3 if any, and sequences wrapped in
+    ``<s> .. </s>`` (sr-RNN paper sec. 3.3).
 
     Args:
         alphabet: the input symbols in id order (characters of a formal language, or words).
         start_end_tokens: whether :meth:`encode` wraps sequences in ``<s> .. </s>`` (sec. 3.3).
-        unk: reserve ``<unk>`` for symbols outside the alphabet (else they raise ``KeyError``).
+        unk: reserve ``<unk>`` for symbols outside the alphabet (else they raise :class:`UnknownSymbolError`).
     """
 
     PAD, START, END, UNK = "<pad>", "<s>", "</s>", "<unk>"
+    pad_id, start_id, end_id = 0, 1, 2
 
     def __init__(self, alphabet: Sequence[str], start_end_tokens: bool = True, unk: bool = False) -> None:
         specials = [self.PAD, self.START, self.END] + ([self.UNK] if unk else [])
         clash = set(specials) & set(alphabet)
         if clash:
-            raise ValueError(f"the alphabet may not contain the special tokens {sorted(clash)}")
+            raise VocabularyError(f"the alphabet may not contain the special tokens {sorted(clash)}")
         self.alphabet: tuple[str, ...] = tuple(alphabet)
-        self.symbols: list[str] = specials + list(self.alphabet)
-        if len(set(self.symbols)) != len(self.symbols):
-            raise ValueError("the alphabet has repeated symbols")
-        self.index = {s: i for i, s in enumerate(self.symbols)}
+        super().__init__(specials + list(self.alphabet), eos=self.END, unk=self.UNK if unk else None)
         self.start_end_tokens = start_end_tokens
-        self.pad_id, self.start_id, self.end_id = 0, 1, 2
-        self.unk_id = 3 if unk else None
 
-    def __len__(self) -> int:
-        return len(self.symbols)
+    @property
+    def index(self) -> dict[str, int]:
+        """Symbol -> id (the base class's ``stoi``)."""
+        return self.stoi
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Vocabulary):
+            return NotImplemented
+        return super().__eq__(other) and self.start_end_tokens == other.start_end_tokens
 
     def encode(self, sequence: Sequence[str], add_start_end: bool | None = None) -> list[int]:
         """Ids of ``sequence`` (a string of one-character symbols or a list of symbols)."""
-        if self.unk_id is None:
-            try:
-                ids = [self.index[s] for s in sequence]
-            except (KeyError, TypeError):
-                raise self._unknown_symbols(sequence) from None
-        else:
-            ids = [self.index.get(s, self.unk_id) for s in sequence]
+        try:
+            ids = super().encode(sequence)
+        except (VocabularyError, TypeError):  # TypeError: an unhashable "symbol"
+            if not self.closed:
+                raise
+            raise self._unknown_symbols(sequence) from None
         wrap = self.start_end_tokens if add_start_end is None else add_start_end
         return [self.start_id, *ids, self.end_id] if wrap else ids
 
@@ -95,18 +103,22 @@ class Vocabulary:
         )
 
     def decode(self, ids: Sequence[int], strip: bool = True) -> list[str]:
-        specials = {self.pad_id, self.start_id, self.end_id}
-        return [self.symbols[i] for i in ids if not (strip and i in specials)]
+        """The symbols of ``ids``; ``strip`` drops ``<pad>``, ``<s>`` and ``</s>``."""
+        dropped = (self.PAD, self.START, self.END) if strip else ()
+        return [s for s in super().decode(ids) if s not in dropped]
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {"alphabet": list(self.alphabet), "start_end_tokens": self.start_end_tokens, "unk": self.unk_id is not None}
-        )
+    # its own JSON document (what classifier folders hold in vocab.json): the alphabet and the two options
+    def to_dict(self) -> dict:
+        return {"alphabet": list(self.alphabet), "start_end_tokens": self.start_end_tokens, "unk": self.unk is not None}
 
     @classmethod
-    def from_json(cls, text: str) -> "Vocabulary":
-        d = json.loads(text)
-        return cls(d["alphabet"], d["start_end_tokens"], d["unk"])
+    def from_dict(cls, data: dict) -> "Vocabulary":
+        if not (isinstance(data, dict) and {"alphabet", "start_end_tokens", "unk"} <= data.keys()):
+            raise VocabularyError("not a task vocabulary (needs 'alphabet', 'start_end_tokens' and 'unk')")
+        return cls(data["alphabet"], data["start_end_tokens"], data["unk"])
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
 
     def __repr__(self) -> str:
         return f"Vocabulary({len(self)} symbols, start_end_tokens={self.start_end_tokens})"

@@ -42,6 +42,21 @@ def test_vocabulary_wraps_sequences_in_start_and_end_tokens():
         v.encode("2")
 
 
+def test_the_task_vocabulary_is_the_data_vocabulary_with_its_own_json():
+    from dsf_lightning.data.vocab import Vocabulary as SymbolVocabulary
+    from dsf_lightning.data.vocab import VocabularyError
+    from dsf_lightning.tasks.data import UnknownSymbolError
+
+    v = Vocabulary(["good", "bad"], unk=True)
+    assert isinstance(v, SymbolVocabulary) and v.eos_id == v.end_id == 2 and v.unk_id == 3 and "good" in v
+    assert issubclass(UnknownSymbolError, VocabularyError)
+    # what classifier folders hold in vocab.json (their config.json fingerprints it): unchanged
+    assert v.to_json() == '{"alphabet": ["good", "bad"], "start_end_tokens": true, "unk": true}'
+    assert Vocabulary.from_json(v.to_json()) == v and Vocabulary.from_json(v.to_json()) != Vocabulary(["good", "bad"])
+    with pytest.raises(VocabularyError, match="outside the vocabulary"):
+        v.decode([7])
+
+
 def test_collate_pads_and_masks():
     items = [{"inputs": torch.tensor([1, 3, 2]), "label": torch.tensor(1)},
              {"inputs": torch.tensor([1, 4, 4, 3, 2]), "label": torch.tensor(0)}]
