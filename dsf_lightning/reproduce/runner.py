@@ -64,12 +64,17 @@ from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_
 logger = logging.getLogger(__name__)
 
 SCALES = ("tiny", "small", "paper")
-TINY = dict(hidden=16, embedding=16, context=4, k=4, batch=4, bptt=16, eval_batch=2, train_batches=6,
-            val_batches=2, test_batches=2, dynamic_tokens=400)
+#: the one scale table, for language-model and task recipes alike; only the batch shapes differ (``lm``, ``task``)
+TINY = dict(hidden=16, embedding=16, context=4, k=4, train_batches=6, val_batches=2, test_batches=2, dynamic_tokens=400,
+            lm=dict(batch=4, bptt=16, eval_batch=2), task=dict(batch=8, eval_batch=16))
 SMALL = dict(max_hidden=256, max_embedding=256, max_k=100, max_epochs=5, max_time="00:00:30:00")
+#: what ``tiny`` sets in every recipe's trainer section
+TINY_TRAINER = {
+    "trainer.max_epochs": 1, "trainer.max_time": None, "trainer.limit_train_batches": TINY["train_batches"],
+    "trainer.limit_val_batches": TINY["val_batches"], "trainer.limit_test_batches": TINY["test_batches"],
+    "trainer.num_sanity_val_steps": 0, "trainer.log_every_n_steps": 1,
+}
 DYNAMIC_LR = 0.005
-TASK_TINY = dict(hidden=16, embedding=16, k=4, batch=8, eval_batch=16, train_batches=6, val_batches=2, test_batches=2)
-TASK_SMALL = dict(max_hidden=256, max_embedding=256, max_k=100, max_epochs=5, max_time="00:00:30:00")
 #: task DataModules whose data is so small that ``small`` keeps many epochs (capped at this many)
 TASK_SMALL_EPOCHS = {"TomitaDataModule": 100}
 DISTRIBUTED_FLAGS = ("--trainer.devices", "--trainer.num_nodes", "--trainer.strategy")
@@ -146,11 +151,8 @@ def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
         if model.get("sampled_loss"):
             out["model.sampled_loss_samples"] = 8
         out.update({
-            "data.batch_size": TINY["batch"], "data.bptt": min(int(data.get("bptt", 35)), TINY["bptt"]),
-            "data.eval_batch_size": TINY["eval_batch"],
-            "trainer.max_epochs": 1, "trainer.max_time": None, "trainer.limit_train_batches": TINY["train_batches"],
-            "trainer.limit_val_batches": TINY["val_batches"], "trainer.limit_test_batches": TINY["test_batches"],
-            "trainer.num_sanity_val_steps": 0, "trainer.log_every_n_steps": 1,
+            "data.batch_size": TINY["lm"]["batch"], "data.bptt": min(int(data.get("bptt", 35)), TINY["lm"]["bptt"]),
+            "data.eval_batch_size": TINY["lm"]["eval_batch"], **TINY_TRAINER,
         })
     else:  # small
         capped = [_cap(h, SMALL["max_hidden"]) for h in sizes]
@@ -198,7 +200,7 @@ def task_data_overrides(data_class: str, args: dict, scale: str) -> dict[str, An
 
     out: dict[str, Any] = {}
     if scale == "tiny":
-        out.update(batch_size=TASK_TINY["batch"], eval_batch_size=TASK_TINY["eval_batch"])
+        out.update(batch_size=TINY["task"]["batch"], eval_batch_size=TINY["task"]["eval_batch"])
         if data_class == "TomitaDataModule":
             lengths = {"train": lang.TOMITA_TRAIN_LENGTHS, "valid": lang.TOMITA_VALID_LENGTHS, "test": lang.TOMITA_TEST_LENGTHS}
             out["splits"] = {name: [n, None, list(lengths[name])] for name, n in (("train", 64), ("valid", 32), ("test", 64))}
@@ -239,28 +241,24 @@ def task_scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
     options = dict(model.get("cell_options") or {})
     out: dict[str, Any] = {}
     if scale == "tiny":
-        out["model.init_args.hidden_size"] = TASK_TINY["hidden"]
+        out["model.init_args.hidden_size"] = TINY["hidden"]
         if model.get("embedding_size") is not None:
-            out["model.init_args.embedding_size"] = TASK_TINY["embedding"]
+            out["model.init_args.embedding_size"] = TINY["embedding"]
         if "k" in options:
-            options["k"] = TASK_TINY["k"]
-        out.update({
-            "trainer.max_epochs": 1, "trainer.max_time": None, "trainer.limit_train_batches": TASK_TINY["train_batches"],
-            "trainer.limit_val_batches": TASK_TINY["val_batches"], "trainer.limit_test_batches": TASK_TINY["test_batches"],
-            "trainer.num_sanity_val_steps": 0, "trainer.log_every_n_steps": 1,
-        })
+            options["k"] = TINY["k"]
+        out.update(TINY_TRAINER)
     else:  # small
         hidden = int(model.get("hidden_size", 32))
-        if hidden > TASK_SMALL["max_hidden"]:
-            out["model.init_args.hidden_size"] = TASK_SMALL["max_hidden"]
+        if hidden > SMALL["max_hidden"]:
+            out["model.init_args.hidden_size"] = SMALL["max_hidden"]
         emb = model.get("embedding_size")
-        if emb is not None and int(emb) > TASK_SMALL["max_embedding"]:
-            out["model.init_args.embedding_size"] = TASK_SMALL["max_embedding"]
+        if emb is not None and int(emb) > SMALL["max_embedding"]:
+            out["model.init_args.embedding_size"] = SMALL["max_embedding"]
         if "k" in options:
-            options["k"] = _cap(options["k"], TASK_SMALL["max_k"])
-        cap = TASK_SMALL_EPOCHS.get(data_class, TASK_SMALL["max_epochs"])
+            options["k"] = _cap(options["k"], SMALL["max_k"])
+        cap = TASK_SMALL_EPOCHS.get(data_class, SMALL["max_epochs"])
         out["trainer.max_epochs"] = min(int(recipe["trainer"].get("max_epochs") or cap), cap)
-        out["trainer.max_time"] = TASK_SMALL["max_time"]
+        out["trainer.max_time"] = SMALL["max_time"]
     if options != dict(model.get("cell_options") or {}):
         out["model.init_args.cell_options"] = options
     for key, value in task_data_overrides(data_class, data, scale).items():
