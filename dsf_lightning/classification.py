@@ -147,7 +147,7 @@ class TextClassifier:
     def logits(self, texts: Sequence[str], max_length: int | None | str = "default") -> tuple[torch.Tensor, list[dict]]:
         """Float32 logits ``[len(texts), num_classes]`` and, per text, what was read (``num_tokens``,
         ``num_unknown``, ``truncated``)."""
-        from .tasks.data import UnknownSymbolError, token_budget_batches
+        from .tasks.data import UnknownSymbolError, pad_ids, token_budget_batches
 
         limit = self.max_length if max_length == "default" else self._check_max_length(max_length)
         encoded, read = [], []
@@ -161,10 +161,7 @@ class TextClassifier:
             read.append({"num_tokens": len(symbols), "num_unknown": unknown, "truncated": truncated})
         out = torch.empty(len(texts), len(self.labels))
         for batch in token_budget_batches([len(e) for e in encoded], self.batch_size, self.max_batch_tokens):
-            lengths = torch.tensor([len(encoded[i]) for i in batch])
-            inputs = torch.full((len(batch), int(lengths.max()) if len(batch) else 0), self.vocab.pad_id, dtype=torch.long)
-            for row, i in enumerate(batch):
-                inputs[row, : len(encoded[i])] = torch.tensor(encoded[i], dtype=torch.long)
+            inputs, lengths = pad_ids([encoded[i] for i in batch], self.vocab.pad_id)
             out[batch] = self.model(inputs.to(self.device), lengths.to(self.device)).float().cpu()
         return out, read
 

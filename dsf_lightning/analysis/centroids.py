@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._common import AnalysisError, cell_names, encode_text, layer_inputs, resolve_layer
+from ..tasks.data import pad_ids
+from ._common import AnalysisError, cell_names, encode_text, evaluating, layer_inputs, resolve_layer
 
 __all__ = [
     "CentroidStatistics",
@@ -190,17 +191,13 @@ def lm_transition_traces(pretrained: Any, texts: Sequence[str], *, layer: int | 
     model = pretrained.model
     layer = sr_layer_index(model, layer)
     cell = model.layers[layer]
-    was_training = model.training
-    model.eval()
     traces = []
-    try:
+    with evaluating(model):
         for text in texts:
             enc = encode_text(pretrained, text)
             x = layer_inputs(model, enc.input, layer)
             _, _, alpha = cell.forward_with_probs(x)
             traces.append(CentroidTrace(pretrained.vocab.decode(enc.ids), alpha[0]))
-    finally:
-        model.train(was_training)
     return traces
 
 
@@ -213,21 +210,13 @@ def classifier_transition_traces(
     component, so it has no transition)."""
     if not getattr(module, "is_state_regularized", False):
         raise AnalysisError("centroids need a state-regularized classifier (an sr-* cell)")
-    was_training = module.training
-    module.eval()
     traces: list[CentroidTrace] = []
-    try:
+    with evaluating(module):
         for lo in range(0, len(strings), batch_size):
             chunk = strings[lo : lo + batch_size]
-            encoded = [vocab.encode(s) for s in chunk]
-            lengths = torch.tensor([len(e) for e in encoded])
-            inputs = torch.full((len(chunk), int(lengths.max())), vocab.pad_id, dtype=torch.long)
-            for row, e in enumerate(encoded):
-                inputs[row, : len(e)] = torch.tensor(e)
+            inputs, lengths = pad_ids([vocab.encode(s) for s in chunk], vocab.pad_id)
             alpha = module.transition_trace(inputs.to(module.device), lengths.to(module.device)).float().cpu()
             for row, s in enumerate(chunk):
                 n = len(s) + 1  # the start token and every symbol
                 traces.append(CentroidTrace([start_symbol, *map(str, s)], alpha[row, :n]))
-    finally:
-        module.train(was_training)
     return traces

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._common import AnalysisError, cell_names, encode_text, layer_inputs, resolve_layer
+from ._common import AnalysisError, cell_names, encode_text, evaluating, layer_inputs, resolve_layer
 
 __all__ = ["InfluenceResult", "ran_gates", "ran_influence", "ran_weights"]
 
@@ -124,14 +124,10 @@ def ran_influence(pretrained: Any, text: str, *, layer: int = -1) -> InfluenceRe
     layer = resolve_layer(model, layer)
     cell = model.layers[layer]
     _check_ran(cell, layer, model)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         enc = encode_text(pretrained, text)
         x = layer_inputs(model, enc.input, layer)
         i, f = ran_gates(cell, x)
-    finally:
-        model.train(was_training)
     w = ran_weights(i.double(), f.double())  # [S, S, H] over the run's positions
     offset = 1 if enc.start_symbol is not None else 0  # position of the first word in the run
     T = len(enc.tokens)

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import AnalysisError, encode_text, layer_inputs, parse_units
+from ._common import AnalysisError, encode_text, evaluating, layer_inputs, parse_units
 
 __all__ = [
     "BLANK",
@@ -212,9 +212,7 @@ def score_sentences(
     model = pretrained.model
     if pretrained.vocab.eos_id is None:
         raise AnalysisError("sentence completion needs a model whose vocabulary has an end-of-sentence symbol")
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         mask = unit_mask(model, units)
         if mask is not None and unit_mode == "state":
             top = model.layers[-1]
@@ -241,8 +239,6 @@ def score_sentences(
             picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * live
             for row, i in enumerate(chunk):
                 scores[i] = float(picked[row].sum())
-    finally:
-        model.train(was_training)
     return scores
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ._common import AnalysisError, encode_text, layer_inputs, resolve_layer, run_layer_states, state_names
+from ._common import AnalysisError, encode_text, evaluating, layer_inputs, resolve_layer, run_layer_states, state_names
 
 __all__ = ["StateDeltaResult", "min_max_normalize", "state_deltas"]
 
@@ -76,9 +76,7 @@ def state_deltas(pretrained: Any, text: str, *, layer: int = -1, state_index: in
             whose state is ``(s, h)``).
     """
     model = pretrained.model
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         enc = encode_text(pretrained, text)
         layer = resolve_layer(model, layer)
         cell = model.layers[layer]
@@ -90,8 +88,6 @@ def state_deltas(pretrained: Any, text: str, *, layer: int = -1, state_index: in
         x = layer_inputs(model, enc.input, layer)
         _, states = run_layer_states(cell, x)
         h = torch.stack([s[state_index][0] for s in states]).double()  # [len(ids), n]
-    finally:
-        model.train(was_training)
     offset = 1 if enc.start_symbol is not None else 0
     if offset == 0:  # no start symbol: h_0 is the zero state
         h = torch.cat([torch.zeros_like(h[:1]), h])

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._common import encode_text, layer_inputs, resolve_layer, run_layer_states, state_names
+from ._common import encode_text, evaluating, layer_inputs, resolve_layer, run_layer_states, state_names
 
 __all__ = ["StateTrajectory", "TrajectoryResult", "pca_2d", "state_trajectories"]
 
@@ -104,14 +104,10 @@ def state_trajectories(pretrained: Any, text: str, *, layer: int = -1) -> Trajec
     model = pretrained.model
     layer = resolve_layer(model, layer)
     cell = model.layers[layer]
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         enc = encode_text(pretrained, text)
         x = layer_inputs(model, enc.input, layer)
         _, states = run_layer_states(cell, x)
-    finally:
-        model.train(was_training)
     labels = ([enc.start_symbol] if enc.start_symbol is not None else []) + enc.tokens
     out = []
     for index, name in enumerate(state_names(cell)):

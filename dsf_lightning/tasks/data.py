@@ -213,6 +213,15 @@ def collate(items: list[dict[str, Tensor]], pad_id: int = 0) -> dict[str, Tensor
     return {"inputs": inputs, "lengths": lengths, "mask": mask, "labels": labels}
 
 
+def pad_ids(encoded: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Encoded sequences as one batch: ``inputs [B, T]`` (int64, padded with ``pad_id``) and ``lengths [B]``."""
+    lengths = torch.tensor([len(e) for e in encoded], dtype=torch.long)
+    inputs = torch.full((len(encoded), int(lengths.max()) if len(encoded) else 0), pad_id, dtype=torch.long)
+    for row, e in enumerate(encoded):
+        inputs[row, : len(e)] = torch.as_tensor(e, dtype=torch.long)
+    return inputs, lengths
+
+
 def token_budget_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[list[int]]:
     """Indices of sequences with ``lengths`` in batches of similar length (shortest first), each of at most
     ``batch_size`` sequences and ``max_tokens`` padded steps (sequences x the longest), so the memory of a batch

@@ -57,6 +57,15 @@ def test_the_task_vocabulary_is_the_data_vocabulary_with_its_own_json():
         v.decode([7])
 
 
+def test_pad_ids_batches_encoded_sequences():
+    from dsf_lightning.tasks.data import pad_ids
+
+    inputs, lengths = pad_ids([[1, 3, 2], [1, 4, 4, 3, 2]], pad_id=0)
+    assert inputs.tolist() == [[1, 3, 2, 0, 0], [1, 4, 4, 3, 2]] and inputs.dtype == torch.long
+    assert lengths.tolist() == [3, 5]
+    assert pad_ids([], pad_id=0)[0].shape == (0, 0)
+
+
 def test_collate_pads_and_masks():
     items = [{"inputs": torch.tensor([1, 3, 2]), "label": torch.tensor(1)},
              {"inputs": torch.tensor([1, 4, 4, 3, 2]), "label": torch.tensor(0)}]
