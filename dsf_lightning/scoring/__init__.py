@@ -126,6 +126,20 @@ class _Rates:
         """Per-token surprisal in bits: ``-logprob / ln 2`` (None when per-token values were not kept)."""
         return None if self.logprobs is None else [-lp / LN2 for lp in self.logprobs]
 
+    def _dict(self, head: dict[str, Any], tail: dict[str, Any], per_token: bool) -> dict[str, Any]:
+        """``to_dict``: ``head``, the counts and rates, ``bpc`` (character models), ``tail``, then the per-token
+        values when kept and asked for."""
+        out = {**head, "num_tokens": self.num_tokens, "num_oov": self.num_oov, "oov_rate": self.oov_rate,
+               "logprob": self.logprob, "ppl": self.ppl}
+        if self.char_level:
+            out["bpc"] = self.bpc
+        out.update(tail)
+        if per_token and self.tokens is not None:
+            out["tokens"] = [
+                {"token": t, "logprob": lp, "surprisal": -lp / LN2} for t, lp in zip(self.tokens, self.logprobs)
+            ]
+        return out
+
 
 @dataclass
 class SentenceScore(_Rates):
@@ -150,23 +164,7 @@ class SentenceScore(_Rates):
         return math.fsum(self.logprobs)
 
     def to_dict(self, per_token: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "text": self.text,
-            "num_tokens": self.num_tokens,
-            "num_oov": self.num_oov,
-            "oov_rate": self.oov_rate,
-            "logprob": self.logprob,
-            "ppl": self.ppl,
-        }
-        if self.char_level:
-            out["bpc"] = self.bpc
-        if self.oov_words:
-            out["oov_words"] = list(self.oov_words)
-        if per_token:
-            out["tokens"] = [
-                {"token": t, "logprob": lp, "surprisal": -lp / LN2} for t, lp in zip(self.tokens, self.logprobs)
-            ]
-        return out
+        return self._dict({"text": self.text}, {"oov_words": list(self.oov_words)} if self.oov_words else {}, per_token)
 
 
 @dataclass
@@ -184,22 +182,7 @@ class DocumentScore(_Rates):
     logprobs: list[float] | None = field(default=None, repr=False)
 
     def to_dict(self, per_token: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "source": self.source,
-            "num_lines": self.num_lines,
-            "num_tokens": self.num_tokens,
-            "num_oov": self.num_oov,
-            "oov_rate": self.oov_rate,
-            "logprob": self.logprob,
-            "ppl": self.ppl,
-        }
-        if self.char_level:
-            out["bpc"] = self.bpc
-        if per_token and self.tokens is not None:
-            out["tokens"] = [
-                {"token": t, "logprob": lp, "surprisal": -lp / LN2} for t, lp in zip(self.tokens, self.logprobs)
-            ]
-        return out
+        return self._dict({"source": self.source, "num_lines": self.num_lines}, {}, per_token)
 
 
 # ------------------------------------------------------------------------------------------- input
