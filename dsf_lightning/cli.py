@@ -258,19 +258,13 @@ def _configure_optimizers(model, optimizer_init=None, scheduler_init=None):
 
 
 def _with_schedule(optimizer, scheduler_init):
-    import torch
     from lightning.pytorch.cli import instantiate_class
 
-    if scheduler_init is None:
-        return optimizer
-    scheduler = instantiate_class(optimizer, scheduler_init)
-    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-        # strict=False: a run that max_steps ends before a validation is no error (LanguageModelModule steps
-        # plateau schedules itself after every validation; Lightning steps them at epoch ends for other modules)
-        config = {"scheduler": scheduler, "monitor": getattr(scheduler, "monitor", None) or "val_loss", "strict": False}
-    else:
-        config = {"scheduler": scheduler, "interval": "epoch"}
-    return {"optimizer": optimizer, "lr_scheduler": config}
+    from .training.optim import with_schedule
+
+    # LanguageModelModule steps plateau schedules itself after every validation; Lightning steps them at epoch
+    # ends for other modules
+    return with_schedule(optimizer, None if scheduler_init is None else instantiate_class(optimizer, scheduler_init))
 
 
 #: the loggers that need a package dsf-lightning does not install: (importable names, the extra that installs one)

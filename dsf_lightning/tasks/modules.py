@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from ..hub.mixin import PretrainedModelMixin
 from ..cells import build_cell
 from ..cells.base import State
+from ..training.optim import build_optimizer
 from .data import IGNORE_INDEX
 
 INPUT_MODES = ("embedding", "one-hot", "values")
@@ -200,11 +201,7 @@ class _RecurrentSequenceModule(L.LightningModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        if hp.optimizer == "adam":
-            return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        if hp.optimizer == "rmsprop":
-            return torch.optim.RMSprop(self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
-        return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        return build_optimizer(hp.optimizer, self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
 
 
 class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):

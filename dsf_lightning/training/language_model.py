@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
 from ..regularizers import l1_penalty, sobolev_penalty
+from .optim import build_optimizer, with_schedule
 from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
@@ -446,23 +447,18 @@ class LanguageModelModule(L.LightningModule):
         if self.optimizer_factory is not None:  # `dsf fit --optimizer ...`: that optimizer, at its own lr
             del groups[0]["lr"]  # the param_group_lr groups keep theirs
             optimizer = self.optimizer_factory(groups)
-        elif hp.optimizer == "adam":
-            optimizer = torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
-        elif hp.optimizer == "sgd":
-            optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
         else:
-            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {hp.optimizer!r}")
+            optimizer = build_optimizer(hp.optimizer, groups, lr=hp.lr, momentum=hp.momentum,
+                                        weight_decay=hp.weight_decay, choices=("adam", "sgd"))
+        scheduler = None
         if hp.get("lr_decay_after_epoch") is not None:
             start, factor = hp.lr_decay_after_epoch, hp.lr_decay_factor
-            decay = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: factor ** max(epoch + 1 - start, 0))
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": decay, "interval": "epoch"}}
-        if hp.lr_halving_patience is None:
-            return optimizer
-        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=hp.get("lr_decay_factor", 0.5), patience=hp.lr_halving_patience
-        )
-        # strict=False: Lightning does not step it (lr_scheduler_step), so an epoch without validation is no error
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss", "strict": False}}
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: factor ** max(epoch + 1 - start, 0))
+        elif hp.lr_halving_patience is not None:  # stepped by this module after every validation
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+                optimizer, mode="min", factor=hp.get("lr_decay_factor", 0.5), patience=hp.lr_halving_patience
+            )
+        return with_schedule(optimizer, scheduler)
 
     # -- checkpoints: carried state of every rank ------------------------------------------------
     def _flatten_state(self, state: ModelState) -> list[Tensor]:

@@ -1,0 +1,43 @@
+"""The one optimizer builder: an optimizer name and its settings to a ``torch.optim`` optimizer, and an optional
+learning-rate scheduler to what a LightningModule's ``configure_optimizers`` returns. The language model, the
+sequence-task modules and ``dsf fit --optimizer / --lr_scheduler`` all go through it."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+
+#: the optimizers a module's ``optimizer`` option names
+OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
+
+
+def build_optimizer(
+    name: str,
+    params: Iterable[Any],
+    *,
+    lr: float,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    choices: Sequence[str] = tuple(OPTIMIZERS),
+) -> torch.optim.Optimizer:
+    """``name`` (one of ``choices``) over ``params`` (parameters or parameter groups). Adam takes no momentum."""
+    if name not in choices or name not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {tuple(choices)}, got {name!r}")
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    return OPTIMIZERS[name](params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
+def with_schedule(optimizer: torch.optim.Optimizer, scheduler: Any = None, *, monitor: str = "val_loss"):
+    """What ``configure_optimizers`` returns: ``optimizer`` alone, or with ``scheduler`` stepped every epoch;
+    a ``ReduceLROnPlateau`` (the DSF paper's "halve when validation does not improve") on ``monitor`` (or the
+    scheduler's own ``monitor``, as LightningCLI's subclass has). ``strict=False``: a run that ends before a
+    validation, or an epoch without one, is no error."""
+    if scheduler is None:
+        return optimizer
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        config = {"scheduler": scheduler, "monitor": getattr(scheduler, "monitor", None) or monitor, "strict": False}
+    else:
+        config = {"scheduler": scheduler, "interval": "epoch"}
+    return {"optimizer": optimizer, "lr_scheduler": config}
