@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from dsf_lightning.hub.registry import ModelDownloadError, PublishedModel, resolve
 from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.auto import push_to_hub
-from dsf_lightning.hub.commands import add_push_parser
+from dsf_lightning.cli.hub import add_push_parser
 from dsf_lightning.auto import PUBLISHED
 
 

@@ -13,7 +13,7 @@ from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.hub._folder import CheckpointError
 from dsf_lightning.export.language_model import export_checkpoint, pretrained_from_checkpoint
 from dsf_lightning.model.pretrained import load_pretrained
-from dsf_lightning.hub.commands import add_export_parser
+from dsf_lightning.cli.hub import add_export_parser
 from dsf_lightning.training import LanguageModelModule
 
 from .conftest import Boom, logits_of, write_text_corpus

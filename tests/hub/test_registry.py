@@ -9,7 +9,7 @@ from dsf_lightning.auto import PUBLISHED, list_models, load
 from dsf_lightning.hub.registry import ModelDownloadError, PublishedModel, UnknownModelError, resolve
 from dsf_lightning.model.pretrained import save_pretrained
 from dsf_lightning.hub import registry
-from dsf_lightning.hub.commands import add_export_parser, add_list_models_parser, add_push_parser, list_models_command
+from dsf_lightning.cli.hub import add_export_parser, add_list_models_parser, add_push_parser, list_models_command
 
 from .conftest import logits_of, tiny_pretrained
 
@@ -103,7 +103,7 @@ def test_the_cli_parts_register_subcommands():
 
 
 def test_push_refuses_a_broken_folder_before_any_network(tmp_path, capsys):
-    from dsf_lightning.hub.commands import push_command
+    from dsf_lightning.cli.hub import push_command
 
     folder = save_pretrained(tiny_pretrained(), tmp_path / "m")
     (folder / "model.safetensors").unlink()

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .card import ModelCardError
+from ..hub.card import ModelCardError
 from ..auto import list_models
 from ..export.language_model import export_checkpoint
-from ._folder import STORAGE_DTYPES, PretrainedFormatError
-from .registry import ModelDownloadError, UnknownModelError
+from ..hub._folder import STORAGE_DTYPES, PretrainedFormatError
+from ..hub.registry import ModelDownloadError, UnknownModelError
 
 
 def _errors() -> tuple[type[BaseException], ...]:

@@ -16,7 +16,7 @@ import inspect
 import sys
 from typing import Optional, Sequence
 
-from . import cells
+from .. import cells
 
 
 def _summary(cls: type) -> str:
@@ -48,7 +48,7 @@ def list_cells_command(args: argparse.Namespace) -> int:
 
 
 def list_corpora_command(args: argparse.Namespace) -> int:
-    from .data.corpora import list_corpora
+    from ..data.corpora import list_corpora
 
     print("\n".join(list_corpora()))
     return 0
@@ -56,7 +56,7 @@ def list_corpora_command(args: argparse.Namespace) -> int:
 
 def list_tasks_command(args: argparse.Namespace) -> int:
     """One row per task DataModule (name, class, classes, default sizes, what it is), its recipes below it."""
-    from .tasks.catalog import list_tasks, task_recipes
+    from ..tasks.catalog import list_tasks, task_recipes
 
     tasks = list_tasks()
     recipes = task_recipes(args.recipes_dir)
@@ -89,24 +89,24 @@ def build_parser() -> argparse.ArgumentParser:
     task_list = what.add_parser("tasks", help="the sr-RNN paper's sequence tasks: DataModule, classes, sizes, recipes")
     task_list.add_argument("--recipes-dir", default=None, help="recipes folder (default: $DSF_RECIPES_DIR or the checkout's)")
     task_list.set_defaults(handler=list_tasks_command)
-    from .hub.commands import add_export_parser, add_list_models_parser, add_push_parser
-    from .score_command import add_score_parser
+    from .hub import add_export_parser, add_list_models_parser, add_push_parser
+    from ..score_command import add_score_parser
 
     add_list_models_parser(what)
-    from .reproduce.command import add_list_recipes_parsers, add_reproduce_parser
+    from ..reproduce.command import add_list_recipes_parsers, add_reproduce_parser
 
     add_list_recipes_parsers(what)
     add_reproduce_parser(commands)
     add_score_parser(commands)
-    from .classify_command import add_classify_parser
+    from ..classify_command import add_classify_parser
 
     add_classify_parser(commands)
-    from .generate_command import add_generate_parser
+    from ..generate_command import add_generate_parser
 
     add_generate_parser(commands)
     add_export_parser(commands)
     add_push_parser(commands)
-    from .analysis.command import add_analyze_parser
+    from ..analysis.command import add_analyze_parser
 
     add_analyze_parser(commands)
     return parser
@@ -126,7 +126,7 @@ def is_task_recipe(argv: Sequence[str]) -> bool:
     """Whether ``argv`` (its ``--config`` files, ``--model`` / ``--data`` values) names the model or the
     data by ``class_path``: the sequence-task form (``SequenceClassifier`` + a task DataModule) rather
     than the language-model form (plain ``model:`` / ``data:`` keys)."""
-    from .training.recipe_guard import config_source as _config_source
+    from ..training.recipe_guard import config_source as _config_source
 
     args = [str(a) for a in argv]
     for i, arg in enumerate(args):
@@ -172,7 +172,7 @@ def _check_resume_options(cli, argv: Sequence[str]) -> None:
     :class:`~dsf_lightning.training.resume.ResumeMismatchError` instead; options left out are the checkpoint's."""
     import inspect
 
-    from .training.resume import check_hyperparameters
+    from ..training.resume import check_hyperparameters
 
     sub = cli.config.get("subcommand")
     if sub != "fit" or not cli.config[sub].get("ckpt_path") or task_mode_of(cli):
@@ -224,7 +224,7 @@ def _cli_optimization(model, optimizer_init, scheduler_init) -> None:
             model.optimizer_factory = partial(instantiate_class, init=optimizer_init)
             optimizer_init = None
     if scheduler_init is not None:
-        from .model import ModelConfigError
+        from ..model import ModelConfigError
 
         own = type(model).configure_optimizers(model)  # a probe: does the module set a schedule of its own?
         if isinstance(own, dict) and own.get("lr_scheduler") is not None:
@@ -260,7 +260,7 @@ def _configure_optimizers(model, optimizer_init=None, scheduler_init=None):
 def _with_schedule(optimizer, scheduler_init):
     from lightning.pytorch.cli import instantiate_class
 
-    from .training.optim import with_schedule
+    from ..training.optim import with_schedule
 
     # LanguageModelModule steps plateau schedules itself after every validation; Lightning steps them at epoch
     # ends for other modules
@@ -326,11 +326,11 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     """
     from lightning.pytorch.cli import LightningCLI
 
-    from .training.datamodule import LanguageModelDataModule
-    from .training import LanguageModelModule
-    from .training.checkpoint_io import AtomicCheckpointIO
-    from .training.guards import check_trainer_counts
-    from .training.recipe_guard import check_checkpoint, check_parsed_config, guarded
+    from ..training.datamodule import LanguageModelDataModule
+    from ..training import LanguageModelModule
+    from ..training.checkpoint_io import AtomicCheckpointIO
+    from ..training.guards import check_trainer_counts
+    from ..training.recipe_guard import check_checkpoint, check_parsed_config, guarded
 
     task_mode = is_task_recipe(argv)
 
@@ -400,7 +400,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
         def before_fit(self) -> None:
             # training's process-wide allocator policy (glibc: large per-step buffers reused, not page-faulted
             # in every step; DSF_MALLOC_TUNING=0 opts out): the command's choice, never an import's side effect
-            from .training.allocator import keep_freed_memory
+            from ..training.allocator import keep_freed_memory
 
             keep_freed_memory()
 
@@ -422,7 +422,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             if not any(isinstance(p, CheckpointIO) for p in plugins):
                 kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
             # NaN / inf steps skipped, non-finite weights stop the run before their checkpoint (on by default)
-            from .training.guards import NonFiniteGuard
+            from ..training.guards import NonFiniteGuard
 
             callbacks = kwargs.get("callbacks", config.get("callbacks"))
             callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
@@ -431,7 +431,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             ):
                 kwargs["callbacks"] = callbacks = [*callbacks, NonFiniteGuard()]
             if self.subcommand == "predict" and not task_mode:  # dsf predict: per-token JSON lines
-                from .training.prediction import TokenLogprobWriter
+                from ..training.prediction import TokenLogprobWriter
 
                 if not any(isinstance(c, TokenLogprobWriter) for c in callbacks):
                     output = self._get(self.config_init, "predict_output", default=None)
@@ -440,8 +440,8 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             return super().instantiate_trainer(**kwargs)
 
     if task_mode:
-        from .tasks.data import SequenceDataModule
-        from .tasks.modules import _RecurrentSequenceModule
+        from ..tasks.data import SequenceDataModule
+        from ..tasks.modules import _RecurrentSequenceModule
 
         return DSFCLI(
             _RecurrentSequenceModule,
@@ -468,11 +468,11 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
-        from .training.recipe_guard import UnsafeRecipeError
-        from .model import ModelConfigError
-        from .training.checkpoint_io import NonFiniteCheckpointError
-        from .training.guards import NonFiniteError
-        from .training.resume import ResumeMismatchError
+        from ..training.recipe_guard import UnsafeRecipeError
+        from ..model import ModelConfigError
+        from ..training.checkpoint_io import NonFiniteCheckpointError
+        from ..training.guards import NonFiniteError
+        from ..training.resume import ResumeMismatchError
 
         try:
             lightning_cli(argv)
