@@ -10,14 +10,14 @@ sentence is run as ``<eos> w_1 .. w_T`` from the zero state.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
+from .._modes import evaluating  # noqa: F401 - the analysis tools import it from here
 from ..cells.base import State
 
 __all__ = [
@@ -88,17 +88,6 @@ def encode_text(pretrained: Any, text: str, *, with_eos: bool = False) -> Encode
         ids = [vocab.eos_id, *ids]
         start = vocab.eos
     return EncodedText(text=text.strip(), tokens=tokens, ids=ids, oov=oov, start_symbol=start)
-
-
-@contextmanager
-def evaluating(module: Any) -> Iterator[Any]:
-    """``module`` in eval mode (no dropout) for the block; its training flag is restored after, also on errors."""
-    was_training = module.training
-    module.eval()
-    try:
-        yield module
-    finally:
-        module.train(was_training)
 
 
 def resolve_layer(model: Any, layer: int) -> int:

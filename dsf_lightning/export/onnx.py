@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._modes import evaluating
 from ..model import RecurrentLM
 
 log = logging.getLogger(__name__)
@@ -204,17 +205,13 @@ def check_onnx(model: RecurrentLM, path, *, batch_size: int = 3, time_steps: int
     in evaluation mode) over the logits and the final state, on random tokens and a random initial state."""
     import onnxruntime
 
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         g = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, model.config.vocab_size, (batch_size, time_steps), generator=g)
         state = tuple(
             tuple(0.5 * torch.randn(batch_size, n, generator=g) for n in layer.state_sizes) for layer in model.layers
         )
         logits, final = model(tokens, state)
-    finally:
-        model.train(was_training)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got_logits, got_final = run_onnx(session, tokens, [t for layer in state for t in layer])
     want = [logits, *(t for layer in final for t in layer)]

@@ -572,6 +572,8 @@ def extract_dfa(
     """
     import torch
 
+    from .data import pad_ids
+
     if accepting not in ACCEPTING_SOURCES:
         raise DFAError(f"accepting must be one of {ACCEPTING_SOURCES}, got {accepting!r}")
     if follow not in FOLLOW:
@@ -624,11 +626,7 @@ def extract_dfa(
         with torch.no_grad():
             for lo in range(0, len(order), batch_size):
                 idx = order[lo : lo + batch_size]
-                encoded = [vocab.encode(strings[i]) for i in idx]
-                lengths = torch.tensor([len(e) for e in encoded])
-                inputs = torch.full((len(idx), int(lengths.max())), vocab.pad_id, dtype=torch.long)
-                for row, e in enumerate(encoded):
-                    inputs[row, : len(e)] = torch.tensor(e)
+                inputs, lengths = pad_ids([vocab.encode(strings[i]) for i in idx], vocab.pad_id)
                 inputs = inputs.to(model.device)
                 alpha = model.transition_trace(inputs, lengths.to(model.device)).float().cpu()  # [B, 1+T, k]
                 best = alpha.argmax(-1).numpy()

@@ -28,11 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._modes import evaluating
 from ..hub.mixin import PretrainedModelMixin
 from ..cells import build_cell
 from ..cells.base import State
 from ..training.optim import build_optimizer
-from .data import IGNORE_INDEX
+from .data import IGNORE_INDEX, pad_ids
 
 INPUT_MODES = ("embedding", "one-hot", "values")
 READOUTS = ("hidden", "cell", "hidden+cell")
@@ -182,7 +183,7 @@ class _RecurrentSequenceModule(L.LightningModule):
             self.log_dict({f"{k}{suffix}": v for k, v in metrics.items()}, prog_bar=stage == "val", add_dataloader_idx=False)
 
     def _metrics_from_sums(self, stage: str, sums: Tensor) -> dict[str, Tensor]:
-        loss, correct, count = sums[0] / sums[2], sums[1] / sums[2], sums[2]
+        loss, correct = sums[0] / sums[2], sums[1] / sums[2]
         return {f"{stage}_loss": loss.float(), f"{stage}_acc": correct.float(), f"{stage}_error": (1 - correct).float()}
 
     def on_validation_epoch_end(self) -> None:
@@ -350,19 +351,11 @@ class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
     @torch.no_grad()
     def predict_strings(self, strings: Sequence, vocab: Any, batch_size: int = 512) -> Tensor:
         """The predicted class of raw strings (encoded with ``vocab``), in their order."""
-        was = self.training
-        self.eval()
         out = torch.empty(len(strings), dtype=torch.long)
-        try:
+        with evaluating(self):
             for lo in range(0, len(strings), batch_size):
-                enc = [vocab.encode(s) for s in strings[lo : lo + batch_size]]
-                lengths = torch.tensor([len(e) for e in enc])
-                inputs = torch.full((len(enc), int(lengths.max())), vocab.pad_id, dtype=torch.long)
-                for b, e in enumerate(enc):
-                    inputs[b, : len(e)] = torch.tensor(e)
-                out[lo : lo + len(enc)] = self(inputs.to(self.device), lengths.to(self.device)).argmax(-1).cpu()
-        finally:
-            self.train(was)
+                inputs, lengths = pad_ids([vocab.encode(s) for s in strings[lo : lo + batch_size]], vocab.pad_id)
+                out[lo : lo + len(lengths)] = self(inputs.to(self.device), lengths.to(self.device)).argmax(-1).cpu()
         return out
 
     # -- state-regularized cells: what DFA extraction reads ------------------------------------------
