@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_bool
 from ..hub.mixin import PretrainedModelMixin
 from ..cells import RecurrentCell, State, build_cell
 from ..cells.base import CellOptionError, check_positive_int, check_probability
@@ -131,8 +132,7 @@ class LMConfig:
             elif self.embedding_size != 0:
                 check_positive_int("embedding_size", self.embedding_size)
             for name in ("tie_weights", "variational", "dropout_output_context"):
-                if not isinstance(getattr(self, name), bool):
-                    raise ModelConfigError(f"{name} must be true or false, got {getattr(self, name)!r:.80}")
+                check_bool(name, getattr(self, name), ModelConfigError)
             for name in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output"):
                 check_probability(name, getattr(self, name), closed_top=False)
             self.init = check_init(self.init)

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from .._checks import check_bool
 from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
 from ..regularizers import l1_penalty, sobolev_penalty
 from .optim import build_optimizer, with_schedule
@@ -198,8 +199,7 @@ class LanguageModelModule(L.LightningModule):
             raise ValueError(f"lr_decay_factor must be in (0, 1], got {lr_decay_factor!r}")
         if isinstance(l1_weight, bool) or not isinstance(l1_weight, (int, float)) or not l1_weight >= 0:
             raise ValueError(f"l1_weight must be a number >= 0, got {l1_weight!r}")
-        if not isinstance(compile, bool):
-            raise ValueError(f"compile must be true or false, got {compile!r}")
+        check_bool("compile", compile)
         if lr_decay_after_epoch is not None and lr_halving_patience is not None:
             raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
         _check_finite_options(lr=lr, momentum=momentum, weight_decay=weight_decay,
