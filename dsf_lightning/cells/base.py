@@ -27,10 +27,14 @@ import abc
 import functools
 import inspect
 import math
+from functools import partial
+from itertools import repeat
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
+
+from ..ops.fast_linear import SequenceLinear, fast_linear
 
 State = tuple[Tensor, ...]
 MaybeMasks = "tuple[Tensor | None, ...] | None"
@@ -119,8 +123,26 @@ class RecurrentCell(nn.Module, abc.ABC):
     (or the decoder) reads, so any cell can be the input of another.
     """
 
+    # -- what the rest of the package knows about a cell: declared here, read from the cell ----------
     #: the registry name, filled in by :func:`dsf_lightning.cells.register_cell`
     cell_name: ClassVar[str] = ""
+    #: the paper that defines the cell (authors, *title*, venue, year): a model card's "Citation"
+    citation: ClassVar[str] = ""
+    #: where in that paper the cell's update is written (e.g. ``"DSF eqs 3-5, 8, 10-12"``)
+    equations: ClassVar[str] = ""
+    #: the paper family the cell belongs to (``delta-rnn``, ``scrn``, ``ran``, ``irlm``, ``sr``, or a
+    #: baseline's own name): model cards and result tables group by it
+    family: ClassVar[str] = ""
+    #: readable names of the state tensors, one per entry of ``state_sizes`` (``("s", "h")`` for the
+    #: SCRN); the analysis tools label states with them. A wrapper may make it a property.
+    state_names: ClassVar[tuple[str, ...]] = ("h",)
+    #: constructor options that scale with the model's size, as ``{option: fraction of hidden_size}``
+    #: (the SCRN's ``context_size`` d_s is 40 / 300 of d_h in its paper's models): a reduced
+    #: reproduction (tiny / small scale) scales them with the hidden size
+    size_options: ClassVar[dict[str, float]] = {}
+    #: constructor options that only regularize (no parameter depends on them): fine-tuning may change
+    #: them; every other option is architecture and must match the pretrained model
+    regularization_options: ClassVar[frozenset[str]] = frozenset()
     #: which state tensor is the recurrent hidden state h (SCRN eq. 9 drops h where the recurrent weights
     #: read it, never the context s; the Sobolev penalty differentiates h_t by h_(t-1)); None: none
     recurrent_state_index: ClassVar[int | None] = 0
@@ -271,3 +293,68 @@ class RecurrentCell(nn.Module, abc.ABC):
 
     def extra_repr(self) -> str:
         return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
+
+
+# -- the shared whole-sequence loop ----------------------------------------------------------------
+class SequenceLoopCell(RecurrentCell):
+    """A cell whose step reads its recurrent matrix products through callables, so that a whole sequence
+    can give it :class:`~dsf_lightning.ops.fast_linear.SequenceLinear` products (each weight's gradient
+    as one product over all steps) and a single step plain :func:`fast_linear` ones.
+
+    Subclasses implement :meth:`recurrent_weights` (the weights, in the order ``recur_with`` reads the
+    products) and :meth:`recur_with`; ``recur`` is ``recur_with`` with per-step products.
+    """
+
+    @abc.abstractmethod
+    def recurrent_weights(self) -> tuple[Tensor, ...]:
+        """The weights ``W`` of the recurrent products ``x W^T`` that ``recur_with`` reads, in order."""
+
+    @abc.abstractmethod
+    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
+        """One step, as :meth:`recur`, with ``products[i](x) = x W_i^T`` for ``W_i = recurrent_weights()[i]``."""
+
+    def dropout_reads(self) -> tuple[bool, ...]:
+        """For each of :meth:`recurrent_weights`, whether its product reads the state that variational
+        dropout masks (``recurrent_state_index``): those products get the mask on their operand
+        (Gal & Ghahramani). All of them by default."""
+        return (True,) * len(self.recurrent_weights())
+
+    def _product_masks(self, mask: Tensor | None):
+        if mask is None:
+            return repeat(None)
+        return tuple(mask if reads else None for reads in self.dropout_reads())
+
+    def step_products(self, mask: Tensor | None = None) -> tuple:
+        """The products of a single step (outside a whole-sequence forward); ``mask``: the variational
+        dropout mask on the operand of the products that read the dropped state."""
+        return tuple(
+            partial(fast_linear, weight=w) if m is None else (lambda x, w=w, m=m: fast_linear(x * m, w))
+            for w, m in zip(self.recurrent_weights(), self._product_masks(mask))
+        )
+
+    def recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None) -> tuple[Tensor, State]:
+        return self.recur_with(projected_t, state, self.step_products(self.recurrent_mask(state_masks)))
+
+    def sequence_loop_supported(self) -> bool:
+        """Whether :meth:`forward` may run the loop with sequence products (wrappers ask their base)."""
+        return True
+
+    def forward(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """:meth:`forward_reference`'s loop, with the recurrent products of the whole sequence."""
+        if x.dim() != 3 or x.shape[1] == 0 or not self.sequence_loop_supported():
+            return self.forward_reference(x, state, state_masks)
+        self._check_input(x, 3)
+        if state is None:
+            state = self.init_state(x.shape[0], x.device, x.dtype)
+        projected = self.project_inputs(x)  # [B, T, P]: one matmul for all steps
+        masks = self._product_masks(self.recurrent_mask(state_masks))
+        products = tuple(
+            SequenceLinear(w, x.shape[1], x.shape[0], input_mask=m) for w, m in zip(self.recurrent_weights(), masks)
+        )
+        outputs = []
+        for projected_t in projected.unbind(1):  # unbind: see forward_reference
+            out_t, state = self.recur_with(projected_t, state, products)
+            outputs.append(out_t)
+        return torch.stack(outputs, dim=1), state  # [B, T, output_size]

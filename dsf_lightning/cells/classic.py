@@ -43,7 +43,8 @@ recurrent matmuls per step are then unavoidable.
 
 Speed: every product goes through :func:`dsf_lightning.ops.fast_linear.fast_linear` (oneDNN for large
 fp32 CPU products, about 2x ``torch.mm``'s MKL path on the development machine; ``F.linear`` otherwise),
-and :class:`SequenceLoopCell.forward` runs the step loop of :meth:`~SequenceLoopCell.recur_with` with
+and :class:`~dsf_lightning.cells.base.SequenceLoopCell.forward` runs the step loop of
+:meth:`~dsf_lightning.cells.base.SequenceLoopCell.recur_with` with
 :class:`~dsf_lightning.ops.fast_linear.SequenceLinear` products, which compute each recurrent weight's
 gradient as one product over all steps instead of one small product per step. ``recur`` / ``step`` and
 :meth:`~dsf_lightning.cells.base.RecurrentCell.forward_reference` compute the same function step by step.
@@ -51,18 +52,16 @@ gradient as one product over all steps instead of one small product per step. ``
 
 from __future__ import annotations
 
-import abc
 import math
-from functools import partial
-from itertools import repeat
 
 import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool
-from ..ops.fast_linear import SequenceLinear, fast_linear
-from .base import CellOptionError, MaybeMasks, RecurrentCell, State
+from ..ops.fast_linear import fast_linear
+from .base import CellOptionError, SequenceLoopCell, State
 from .base import activation as _activation  # the option of the same name would shadow it
+from .delta import DSF_CITATION
 from .registry import register_cell
 
 
@@ -89,69 +88,10 @@ def smoothed_rectifier(x: Tensor, a: float) -> Tensor:
     return torch.clamp_min(x - a * torch.tanh(x / a), 0.0)
 
 
-# -- the shared whole-sequence loop ----------------------------------------------------------------
-class SequenceLoopCell(RecurrentCell):
-    """A cell whose step reads its recurrent matrix products through callables, so that a whole sequence
-    can give it :class:`~dsf_lightning.ops.fast_linear.SequenceLinear` products (each weight's gradient
-    as one product over all steps) and a single step plain :func:`fast_linear` ones.
-
-    Subclasses implement :meth:`recurrent_weights` (the weights, in the order ``recur_with`` reads the
-    products) and :meth:`recur_with`; ``recur`` is ``recur_with`` with per-step products.
-    """
-
-    @abc.abstractmethod
-    def recurrent_weights(self) -> tuple[Tensor, ...]:
-        """The weights ``W`` of the recurrent products ``x W^T`` that ``recur_with`` reads, in order."""
-
-    @abc.abstractmethod
-    def recur_with(self, projected_t: Tensor, state: State, products: tuple) -> tuple[Tensor, State]:
-        """One step, as :meth:`recur`, with ``products[i](x) = x W_i^T`` for ``W_i = recurrent_weights()[i]``."""
-
-    def dropout_reads(self) -> tuple[bool, ...]:
-        """For each of :meth:`recurrent_weights`, whether its product reads the state that variational
-        dropout masks (``recurrent_state_index``): those products get the mask on their operand
-        (Gal & Ghahramani). All of them by default."""
-        return (True,) * len(self.recurrent_weights())
-
-    def _product_masks(self, mask: Tensor | None):
-        if mask is None:
-            return repeat(None)
-        return tuple(mask if reads else None for reads in self.dropout_reads())
-
-    def step_products(self, mask: Tensor | None = None) -> tuple:
-        """The products of a single step (outside a whole-sequence forward); ``mask``: the variational
-        dropout mask on the operand of the products that read the dropped state."""
-        return tuple(
-            partial(fast_linear, weight=w) if m is None else (lambda x, w=w, m=m: fast_linear(x * m, w))
-            for w, m in zip(self.recurrent_weights(), self._product_masks(mask))
-        )
-
-    def recur(self, projected_t: Tensor, state: State, state_masks: MaybeMasks = None) -> tuple[Tensor, State]:
-        return self.recur_with(projected_t, state, self.step_products(self.recurrent_mask(state_masks)))
-
-    def sequence_loop_supported(self) -> bool:
-        """Whether :meth:`forward` may run the loop with sequence products (wrappers ask their base)."""
-        return True
-
-    def forward(
-        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
-    ) -> tuple[Tensor, State]:
-        """:meth:`forward_reference`'s loop, with the recurrent products of the whole sequence."""
-        if x.dim() != 3 or x.shape[1] == 0 or not self.sequence_loop_supported():
-            return self.forward_reference(x, state, state_masks)
-        self._check_input(x, 3)
-        if state is None:
-            state = self.init_state(x.shape[0], x.device, x.dtype)
-        projected = self.project_inputs(x)  # [B, T, P]: one matmul for all steps
-        masks = self._product_masks(self.recurrent_mask(state_masks))
-        products = tuple(
-            SequenceLinear(w, x.shape[1], x.shape[0], input_mask=m) for w, m in zip(self.recurrent_weights(), masks)
-        )
-        outputs = []
-        for projected_t in projected.unbind(1):  # unbind: see forward_reference
-            out_t, state = self.recur_with(projected_t, state, products)
-            outputs.append(out_t)
-        return torch.stack(outputs, dim=1), state  # [B, T, output_size]
+IRLM_CITATION = (
+    "Marius Pachitariu, Maneesh Sahani. *Regularization and nonlinearities for neural language models: "
+    "when are they needed?* 2013."
+)
 
 
 # -- Elman ---------------------------------------------------------------------------------------
@@ -164,6 +104,8 @@ class ElmanCell(SequenceLoopCell):
 
     Parameters: ``W`` [H, I], ``V`` [H, H], ``b`` [H]. State: ``(h,)``.
     """
+
+    citation, equations, family = "Jeffrey L. Elman. *Finding Structure in Time.* Cognitive Science, 1990.", "DSF eq. 6", "elman"
 
     def __init__(self, input_size: int, hidden_size: int, *, activation: str = "tanh") -> None:
         super().__init__(input_size, hidden_size)
@@ -214,6 +156,8 @@ class MIRNNCell(SequenceLoopCell):
     Parameters: ``W`` [H, I], ``V`` [H, H], ``b``, ``alpha``, ``beta1``, ``beta2`` [H] each
     (``H*H + H*I + 4H``). State: ``(h,)``.
     """
+
+    citation, equations, family = DSF_CITATION, "DSF eq. 11 (Wu et al. 2016)", "delta-rnn"
 
     def __init__(self, input_size: int, hidden_size: int, *, activation: str = "tanh") -> None:
         super().__init__(input_size, hidden_size)
@@ -290,6 +234,9 @@ class LSTMCell(SequenceLoopCell):
     Parameters: ``W`` [4H, I], ``V`` [4H, H], ``b`` [4H] and, with peepholes, ``U_i``, ``U_f``,
     ``U_r`` [H] each (diagonal) or [H, H] each (matrix). State: ``(h, c)``; output ``h``.
     """
+
+    citation = "Sepp Hochreiter, Juergen Schmidhuber. *Long Short-Term Memory.* Neural Computation, 1997."
+    equations, family, state_names = "DSF sec. 3, eqs 16-17", "lstm", ("h", "c")
 
     PEEPHOLES = ("diagonal", "matrix")
 
@@ -403,6 +350,11 @@ class GRUCell(SequenceLoopCell):
     Parameters: ``W`` [3H, I], ``V`` [3H, H], ``b`` [3H] (``3(H*H) + 3(H*I) + 3H``). State: ``(h,)``.
     """
 
+    citation = ("Kyunghyun Cho, Bart van Merrienboer, Caglar Gulcehre, Dzmitry Bahdanau, Fethi Bougares, Holger Schwenk, "
+                "Yoshua Bengio. *Learning Phrase Representations using RNN Encoder-Decoder for Statistical Machine "
+                "Translation.* EMNLP 2014.")
+    equations, family = "DSF sec. 3, eqs 18-19", "gru"
+
     def __init__(self, input_size: int, hidden_size: int, *, reset_after: bool = False) -> None:
         super().__init__(input_size, hidden_size)
         self.reset_after = check_bool("reset_after", reset_after, CellOptionError)
@@ -462,6 +414,10 @@ class MGUCell(SequenceLoopCell):
     Parameters: ``W`` [2H, I], ``V`` [2H, H], ``b`` [2H], blocks stacked (r, h). State: ``(h,)``.
     """
 
+    citation = ("Guo-Bing Zhou, Jianxin Wu, Chen-Lin Zhang, Zhi-Hua Zhou. *Minimal Gated Unit for Recurrent Neural "
+                "Networks.* International Journal of Automation and Computing, 2016.")
+    equations, family = "DSF sec. 3, eqs 18-19 with one gate", "mgu"
+
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__(input_size, hidden_size)
         H = hidden_size
@@ -509,6 +465,8 @@ class SmoothedReLURNNCell(SequenceLoopCell):
 
     Parameters: ``W`` [H, I], ``V`` [H, H] and, with ``bias``, ``b`` [H]. State: ``(h,)``.
     """
+
+    citation, equations, family = IRLM_CITATION, "IRLM paper sec. 2.1-2.2", "irlm"
 
     def __init__(self, input_size: int, hidden_size: int, *, a: float = 1.0, bias: bool = False) -> None:
         super().__init__(input_size, hidden_size)

@@ -40,13 +40,16 @@ from torch import Tensor, nn
 from ..ops.fast_linear import fast_linear
 from ..ops.final_state import through_final_state
 from ..ops.fused_rnn import gated_recurrence
-from .base import MaybeMasks, RecurrentCell, State, activation, check_choice, check_probability
-from .classic import SequenceLoopCell
+from .base import MaybeMasks, RecurrentCell, SequenceLoopCell, State, activation, check_choice, check_probability
 from .registry import register_cell
 
 INNER_FORMS = ("elman", "second-order", "general")
 GATE_FORMS = ("data", "fixed")
 IMPLEMENTATIONS = ("fast", "reference")
+DSF_CITATION = (
+    "Alexander G. Ororbia II, Tomas Mikolov, David Reitter. *Learning Simpler Language Models with the "
+    "Differential State Framework.* Neural Computation, 2017."
+)
 #: eq. 12's dropout: "inverted" (kept units x 1/(1-p) in training, nothing at test time) or "test-time"
 #: (the paper's plain 0/1 mask in training, the proposal x (1-p) in evaluation)
 DROPOUT_SCALINGS = ("inverted", "test-time")
@@ -107,6 +110,9 @@ class DeltaRNNCell(RecurrentCell):
     Parameters: ``V`` [H, H], ``W`` [H, I], ``b``, ``b_r`` and, for eq. 11, ``alpha``, ``beta1``,
     ``beta2`` [H] each: ``H*H + H*I + 5H`` for the full model (the paper's count, footnote 4).
     """
+
+    citation, equations, family = DSF_CITATION, "DSF eqs 3-5, 8, 10-12", "delta-rnn"
+    regularization_options = frozenset({"dropout"})  # eq. 12's rate: no parameter depends on it
 
     def __init__(
         self,
@@ -232,6 +238,8 @@ class SimpleDeltaRNNCell(SequenceLoopCell):
     Parameters: ``V`` [H, H], ``W`` [H, I], ``b`` [H].
     """
 
+    citation, equations, family = DSF_CITATION, "DSF eq. 7", "delta-rnn"
+
     def __init__(self, input_size: int, hidden_size: int, *, outer_activation: str = "tanh") -> None:
         super().__init__(input_size, hidden_size)
         self.Phi = activation(outer_activation, "outer_activation")
@@ -268,6 +276,9 @@ class LayerNormDeltaRNNCell(SequenceLoopCell):
     (as for ``delta-rnn``), ``eps`` of the norms.
     Parameters: ``V`` [H, H], ``W`` [H, I], two layer norms (gain and shift, 2H each), ``b_r`` [H].
     """
+
+    citation, equations, family = DSF_CITATION, "DSF Appendix A, eqs 20-23", "delta-rnn"
+    regularization_options = frozenset({"dropout"})  # eq. 12's rate: no parameter depends on it
 
     def __init__(
         self,

@@ -57,6 +57,7 @@ from torch import Tensor, nn
 from ..ops.final_state import through_final_state
 from ..ops.scan import linear_recurrence
 from .base import CellOptionError, MaybeMasks, RecurrentCell, State
+from .classic import IRLM_CITATION
 from .registry import register_cell
 
 
@@ -105,6 +106,8 @@ class IRLMCell(RecurrentCell):
     ``implementation`` (an attribute, not an option): ``"fast"`` runs :meth:`forward` as one product and
     one :func:`~dsf_lightning.ops.scan.linear_recurrence`; ``"reference"`` as the step loop.
     """
+
+    citation, equations, family, state_names = IRLM_CITATION, "IRLM paper sec. 3", "irlm", ("x",)
 
     #: "fast" (matmul + linear_recurrence) or "reference" (step loop); see the module docstring
     implementation: str = "fast"

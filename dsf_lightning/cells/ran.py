@@ -45,9 +45,10 @@ from torch import Tensor, nn
 
 from ..ops.fast_linear import fast_linear
 from ..ops.scan import linear_recurrence
-from .base import CellOptionError, State, activation, check_choice
-from .classic import SequenceLoopCell
+from .base import CellOptionError, SequenceLoopCell, State, activation, check_choice
 from .registry import register_cell
+
+RAN_CITATION = "Kenton Lee, Omer Levy, Luke Zettlemoyer. *Recurrent Additive Networks.* 2017."
 
 OUTPUT_FUNCTIONS = ("tanh", "identity")
 
@@ -80,6 +81,8 @@ class RANCell(SequenceLoopCell):
     Parameters: ``W_cx``, ``W_ix``, ``W_fx`` [H, I], ``W_ih``, ``W_fh`` [H, H], ``b_i``, ``b_f`` [H]:
     ``2 H^2 + 3 H I`` weights (the paper's count, sec. 2.1) plus ``2 H`` biases.
     """
+
+    citation, equations, family, state_names = RAN_CITATION, "RAN paper eq. 1", "ran", ("c",)
 
     def __init__(self, input_size: int, hidden_size: int, *, g: str = "tanh") -> None:
         super().__init__(input_size, hidden_size)
@@ -151,6 +154,8 @@ class SimpleRANCell(SequenceLoopCell):
     Parameters: ``W_ix``, ``W_fx`` [H, I], ``W_ic``, ``W_fc`` [H, H], ``b_i``, ``b_f`` [H]:
     ``2 H^2 + 2 H I + 2 H`` (= ``4 H^2 + 2 H``).
     """
+
+    citation, equations, family, state_names = RAN_CITATION, "RAN paper eq. 2", "ran", ("c",)
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__(input_size, hidden_size)

@@ -83,6 +83,9 @@ class SCRNCell(RecurrentCell):
     (+ d_h)``. With one-hot inputs (I = |W|), ``A`` and ``B`` are the input half of eq. 5.
     """
 
+    citation = ("Olzhas Kabdolov, Zhenisbek Assylbekov, Rustem Takhanov. *Reproducing and Regularizing the SCRN "
+                "Model.* 2018.")
+    equations, family, state_names = "SCRN paper eqs 1-2, 7", "scrn", ("s", "h")
     recurrent_state_index = 1  # variational dropout masks h, never the context s (SCRN eq. 9)
     #: "fast" (scan of eq. 1 + fused loop of eq. 2) or "reference" (step loop); see the module docstring
     implementation: str = "fast"

@@ -37,9 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import CellOptionError, MaybeMasks, State, check_choice, check_positive_int
-from .classic import SequenceLoopCell
+from .base import CellOptionError, MaybeMasks, SequenceLoopCell, State, check_choice, check_positive_int
 from .registry import build_cell, register_cell
+
+SR_CITATION = "Cheng Wang, Mathias Niepert. *State-Regularized Recurrent Neural Networks.* ICML 2019."
 
 SCORES = ("dot", "distance")
 MODES = ("soft", "hard", "sample")
@@ -108,6 +109,12 @@ class StateRegularizedCell(SequenceLoopCell):
     The paper's "end token" (sec. 3.3: one last cell application *without* the stochastic component
     before the classifier) is :meth:`unregularized_step`.
     """
+
+    citation, equations, family = SR_CITATION, "sr-RNN paper eqs 1-6", "sr"
+
+    @property
+    def state_names(self) -> tuple[str, ...]:  # the wrapper keeps the wrapped cell's state tuple
+        return self.base.state_names
 
     def __init__(
         self,
@@ -372,6 +379,8 @@ class SRLSTMPeepholeCell(_PaperStateRegularizedCell):
     output. Deciding memory updates from state, top-of-memory and input is what lets it behave like
     a pushdown automaton.
     """
+
+    equations = "sr-RNN paper eqs 1-9"
 
     BASE = "lstm"
     FIXED_BASE_OPTIONS = {"peepholes": True}

@@ -23,6 +23,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..cells import UnknownCellError, get_cell
+
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 FIELDS = (
@@ -43,16 +45,6 @@ EVAL_KEYS = {
     "metric", "value", "dataset", "split", "dataset_name", "task", "metric_name", "dataset_config",
     "dataset_revision", "source_name", "source_url",
 }
-CITATIONS = {
-    "delta-rnn": "Alexander G. Ororbia II, Tomas Mikolov, David Reitter. *Learning Simpler Language Models with the "
-    "Differential State Framework.* Neural Computation, 2017.",
-    "scrn": "Olzhas Kabdolov, Zhenisbek Assylbekov, Rustem Takhanov. *Reproducing and Regularizing the SCRN Model.* 2018.",
-    "ran": "Kenton Lee, Omer Levy, Luke Zettlemoyer. *Recurrent Additive Networks.* 2017.",
-    "irlm": "Marius Pachitariu, Maneesh Sahani. *Regularization and nonlinearities for neural language models: "
-    "when are they needed?* 2013.",
-    "sr": "Cheng Wang, Mathias Niepert. *State-Regularized Recurrent Neural Networks.* ICML 2019.",
-}
-CELL_FAMILY = {"mi-rnn": "delta-rnn", "srelu-rnn": "irlm", "irlm": "irlm", "scrn": "scrn"}
 #: corpus name -> the dataset's Hugging Face Hub id (the card's ``datasets`` and model-index ``dataset.type``)
 HUB_DATASETS = {
     "ptb": "ptb_text_only", "ptb-char": "ptb_text_only", "ptb-subword": "ptb_text_only",
@@ -64,14 +56,17 @@ ENGLISH_CORPORA = {"ptb", "ptb-char", "ptb-subword", "wikitext2", "imdb", "imdb-
 EXAMPLE = "the market rose sharply"
 
 
-def cell_family(cell: str) -> str:
-    """The paper family of a registered cell name (the key of :data:`CITATIONS`), else the name."""
-    if cell in CELL_FAMILY:
-        return CELL_FAMILY[cell]
-    for prefix in ("delta-rnn", "ran", "sr"):
-        if cell == prefix or cell.startswith(prefix + "-"):
-            return prefix
-    return cell
+def cell_citation(cell: str) -> str:
+    """The paper a registered cell declares (its class's ``citation``); a name no cell is registered under
+    (a classifier folder from a package not installed here) gets a pointer instead."""
+    try:
+        return get_cell(cell).citation or _no_citation(cell)
+    except UnknownCellError:
+        return _no_citation(cell)
+
+
+def _no_citation(cell: str) -> str:
+    return f"See the paper that introduced the `{cell}` cell."
 
 
 class ModelCardError(ValueError):
@@ -277,7 +272,7 @@ def _fields(info: dict, *, name: str, repo_id: str, cell: str, description: str,
         "comparison": _comparison(info),
         "how_to_score": how_to_score,
         "files": _files_table(files, descriptions),
-        "citation": CITATIONS.get(cell_family(cell), f"See the paper that introduced the `{cell}` cell."),
+        "citation": cell_citation(cell),
         "library_version": __version__,
     }
 

@@ -25,14 +25,13 @@ import inspect
 from functools import lru_cache
 from typing import Any
 
+from ..cells import get_cell
 from ..hub.registry import load_with
 from ..model import LMConfig
 from ..model.pretrained import load_pretrained
 
 #: the LanguageModelModule arguments that shape the weights, checked against the pretrained config
 ARCHITECTURE = ("cell", "hidden_sizes", "cell_options", "embedding_size", "tie_weights")
-#: cell options that only regularize (no parameter depends on them): free to change when fine-tuning
-REGULARIZATION_CELL_OPTIONS = frozenset({"dropout"})
 
 
 class FinetuneConfigError(ValueError):
@@ -58,8 +57,6 @@ def _defaults() -> dict[str, Any]:
 
 
 def _cell_defaults(cell: str) -> dict[str, Any]:
-    from ..cells import get_cell
-
     params = inspect.signature(get_cell(cell).__init__).parameters
     return {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
 
@@ -100,12 +97,13 @@ def merge_architecture(
             value, default = _as_list(value), _as_list(default)
         if name == "cell_options":
             value, default, theirs = dict(value or {}), dict(default or {}), dict(theirs or {})
-            architectural = {k: v for k, v in value.items() if k not in REGULARIZATION_CELL_OPTIONS}
+            free = get_cell(pretrained.cell).regularization_options  # free to change when fine-tuning
+            architectural = {k: v for k, v in value.items() if k not in free}
             full = {**_cell_defaults(pretrained.cell), **theirs}  # options the pretrained cell ran with
             mismatched = {k: v for k, v in architectural.items() if k not in full or full[k] != v}
             if mismatched:
                 conflicts.append(f"cell_options {mismatched} (pretrained: {theirs})")
-            merged[name] = {**theirs, **{k: v for k, v in value.items() if k in REGULARIZATION_CELL_OPTIONS}}
+            merged[name] = {**theirs, **{k: v for k, v in value.items() if k in free}}
             continue
         if name == "embedding_size" and value is None:
             value = default = None
