@@ -6,8 +6,9 @@
 
       L_Sobolev = beta * sum_{t=1}^{K} || d h_t / d h_{t-1} ||_F^2
 
-  Closed forms for the SCRN (the derivation at the end of sec. 7) and the IRLM (a diagonal
-  recurrence), the exact Jacobian by ``torch.func`` for every other cell.
+  Closed forms where the cell declares one (``RecurrentCell.jacobian_norm``: the SCRN, the derivation at
+  the end of sec. 7, and the IRLM, a diagonal recurrence), the exact Jacobian by ``torch.func`` for every
+  other cell.
 * :func:`normalize_columns`: column normalization of Pachitariu & Sahani, "Regularization and
   nonlinearities for neural language models" (``papers/irlm_regularization_and_nonlinearities.md``),
   sec. 4: "fixing the L2 norm of the incoming/outgoing weights to each hidden unit" of the encoding
@@ -30,9 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .cells import RecurrentCell, State
-from .cells.irlm import IRLMCell
-from .cells.scrn import SCRNCell
+from .cells import RecurrentCell, State, get_cell, list_cells
 from .model import ModelState, RecurrentLM
 
 SOBOLEV_METHODS = ("auto", "closed", "autograd")
@@ -80,46 +79,18 @@ def _check_state_index(layer: RecurrentCell, index: int) -> int:
 
 
 def _closed_form_kind(layer: RecurrentCell, method: str, index: int) -> str | None:
-    """``"scrn"`` / ``"irlm"`` when the closed form applies (exact types only: a subclass may change
-    ``recur``), else None (autograd)."""
-    kind = {SCRNCell: "scrn", IRLMCell: "irlm"}.get(type(layer))
+    """The layer's closed form of ``||d h_t / d h_(t-1)||_F^2`` (``RecurrentCell.jacobian_form``:
+    ``"step"`` / ``"constant"``) when it applies, else None (autograd)."""
+    kind = type(layer).closed_form_jacobian()
     if method == "autograd":
         return None
     if method == "closed" and kind is None:
+        having = [n for n in list_cells() if get_cell(n).closed_form_jacobian() is not None]
         raise ValueError(
-            f"method='closed' needs an SCRN or IRLM layer, but layer {index} is {type(layer).__name__}: "
-            "use method='auto' or 'autograd'"
+            f"method='closed' needs a layer whose cell has a closed-form Jacobian norm ({', '.join(having)}), but "
+            f"layer {index} is {type(layer).__name__}: use method='auto' or 'autograd'"
         )
     return kind
-
-
-def _activation_derivative(name: str, out: Tensor) -> Tensor:
-    """sigma'(pre) from sigma(pre) for the SCRN's hidden activation (the trick of sec. 7:
-    sigma'(x) = sigma(x)(1 - sigma(x)) for the logistic)."""
-    if name == "sigmoid":
-        return out * (1 - out)
-    if name == "tanh":
-        return 1 - out * out
-    if name == "relu":
-        return (out > 0).to(out.dtype)
-    if name == "identity":
-        return torch.ones_like(out)
-    raise ValueError(f"no closed-form derivative for the SCRN hidden_activation {name!r}")
-
-
-def _scrn_step_penalty(layer: SCRNCell, h_new: Tensor) -> Tensor:
-    """``||d h_t / d h_{t-1}||_F^2`` per sequence ``[B]`` for the SCRN, sec. 7.
-
-    The paper (row vectors) gets ``d h_t / d h_{t-1} = R diag(sigma'(a_t + h_{t-1} R))`` and
-    ``||.||_F^2 = Tr(R^T R diag(sigma')^2) = (sigma')^2 v(R)`` with ``v(R)_j = ||r_j||^2`` the squared
-    norm of column j of the paper's R. The context ``s_t`` does not depend on ``h_{t-1}`` (eq. 1), so
-    this is the whole Jacobian. Here ``R`` is stored ``[out, in]`` (the transpose of the paper's), so
-    the paper's column j is our row j: ``v = (R ** 2).sum(1)`` and the step's penalty is
-    ``sum_j sigma'_j^2 v_j``.
-    """
-    v = layer.R.pow(2).sum(dim=1)  # [H]: squared norms of the weights *into* unit j
-    d = _activation_derivative(layer.hidden_activation, h_new)  # [B, H]
-    return d.pow(2) @ v  # [B]
 
 
 def _step_vjp(layer: RecurrentCell, projected_t: Tensor, state: State, h_index: int):
@@ -190,8 +161,8 @@ def _sobolev(
     for i in chosen:
         _check_state_index(model.layers[i], i)
         kinds[i] = None if estimator is not None else _closed_form_kind(model.layers[i], method, i)
-    # the IRLM's penalty does not depend on the data: run the sequence only up to the last layer that needs it
-    needs_data = [i for i in chosen if kinds[i] != "irlm"]
+    # a constant penalty (the IRLM's) does not depend on the data: run the sequence only up to the last layer that needs it
+    needs_data = [i for i in chosen if kinds[i] != "constant"]
     last_data_layer = max(needs_data, default=-1)
 
     ref = next(model.parameters())
@@ -205,15 +176,14 @@ def _sobolev(
                 y = F.embedding(tokens, model.embedding.weight)  # [B, T, E], no embedding dropout
         for i, layer in enumerate(model.layers[: max(chosen) + 1]):
             penalized = i in kinds
-            if penalized and kinds[i] == "irlm":
-                # d x_t / d x_{t-1} = diag(r): ||.||_F^2 = sum_j r_j^2 at every step, whatever the data
-                total = total + T * layer.r.pow(2).sum()
+            if penalized and kinds[i] == "constant":  # the same at every step, whatever the data
+                total = total + T * layer.jacobian_norm()
             if i > last_data_layer:
                 continue
             layer_state = state[i] if state is not None else None
             if layer_state is None:
                 layer_state = layer.init_state(B, tokens.device, y.dtype)
-            if not penalized or kinds[i] == "irlm":  # only its outputs are needed, by a layer above
+            if not penalized or kinds[i] == "constant":  # only its outputs are needed, by a layer above
                 y, _ = layer(y, layer_state)
                 continue
             h_index = layer.recurrent_state_index
@@ -226,8 +196,8 @@ def _sobolev(
                 elif kinds[i] is None:
                     per_seq = per_seq + _autograd_step_penalty(layer, projected_t, layer_state, h_index)
                 out, layer_state = layer.recur(projected_t, layer_state)
-                if kinds[i] == "scrn":
-                    per_seq = per_seq + _scrn_step_penalty(layer, layer_state[h_index])
+                if kinds[i] == "step":
+                    per_seq = per_seq + layer.jacobian_norm(layer_state)
                 outputs.append(out)
             total = total + per_seq.mean()  # average over the batch
             y = torch.stack(outputs, dim=1)
@@ -259,7 +229,8 @@ def sobolev_penalty(
     its dropout masks are untouched. Its graph reaches back through the trajectory, as eq. 10's
     derivative w.r.t. the weights does.
 
-    Per layer type (``method="auto"``):
+    Per layer type (``method="auto"``): a cell that declares a closed form (``RecurrentCell.jacobian_form``)
+    supplies it with its ``jacobian_norm``:
 
     * SCRN: the closed form derived in sec. 7, ``sum_j sigma'(pre_j)^2 ||R_j||^2`` with ``R_j`` the
       weights into hidden unit j (our ``R`` row j, the paper's column j), sigma' from sigma's output

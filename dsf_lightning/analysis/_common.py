@@ -121,26 +121,13 @@ def run_layer_states(cell: Any, x: Tensor, state: State | None = None) -> tuple[
     return torch.stack(outputs, dim=1), states
 
 
-_STATE_NAMES = {
-    "lstm": ("h", "c"),
-    "sr-lstm": ("h", "c"),
-    "sr-lstm-p": ("h", "c"),
-    "scrn": ("s", "h"),
-    "irlm": ("x",),
-    "ran": ("c",),
-    "ran-simple": ("c",),
-}
-
-
 def state_names(cell: Any) -> tuple[str, ...]:
-    """Readable names of a cell's state tensors (``("h", "c")`` for the LSTM family, ``("s", "h")`` for
-    the SCRN, ``("h",)`` for most others)."""
-    name = getattr(cell, "cell_name", "")
-    if name == "sr":
-        name = getattr(cell, "base_name", "")
-    names = _STATE_NAMES.get(name)
+    """Readable names of a cell's state tensors: what the cell declares (``RecurrentCell.state_names``:
+    ``("h", "c")`` for the LSTM family, ``("s", "h")`` for the SCRN, ``("h",)`` for most others), or
+    ``h`` / ``state0, state1, ...`` for a cell whose declaration does not match its state tuple."""
+    names = tuple(getattr(cell, "state_names", None) or ())
     n = len(cell.state_sizes)
-    if names is None or len(names) != n:
+    if len(names) != n:
         names = ("h",) if n == 1 else tuple(f"state{i}" for i in range(n))
     return names
 

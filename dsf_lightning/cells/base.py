@@ -115,6 +115,20 @@ def activation(name: str, option: str) -> "callable":
     return ACTIVATIONS[name]
 
 
+def activation_derivative(name: str, out: Tensor) -> Tensor:
+    """``f'(x)`` from ``out = f(x)`` for the activation called ``name`` (the trick of the SCRN paper,
+    sec. 7: ``sigma'(x) = sigma(x)(1 - sigma(x))`` for the logistic), differentiable."""
+    if name == "sigmoid":
+        return out * (1 - out)
+    if name == "tanh":
+        return 1 - out * out
+    if name == "relu":
+        return (out > 0).to(out.dtype)
+    if name == "identity":
+        return torch.ones_like(out)
+    raise ValueError(f"no derivative for the activation {name!r}; choose one of {', '.join(ACTIVATIONS)}")
+
+
 class RecurrentCell(nn.Module, abc.ABC):
     """Base class of all cells: sizes, state layout, step and whole-sequence forward.
 
@@ -143,6 +157,11 @@ class RecurrentCell(nn.Module, abc.ABC):
     #: constructor options that only regularize (no parameter depends on them): fine-tuning may change
     #: them; every other option is architecture and must match the pretrained model
     regularization_options: ClassVar[frozenset[str]] = frozenset()
+    #: whether :meth:`jacobian_norm` gives the Sobolev penalty's per-step term (SCRN paper sec. 7, eq. 10)
+    #: in closed form: ``None`` (no: the regularizer differentiates :meth:`recur` with autograd),
+    #: ``"step"`` (from each step's new state, as the SCRN's) or ``"constant"`` (the same at every step
+    #: whatever the data, as the IRLM's diagonal recurrence)
+    jacobian_form: ClassVar[str | None] = None
     #: which state tensor is the recurrent hidden state h (SCRN eq. 9 drops h where the recurrent weights
     #: read it, never the context s; the Sobolev penalty differentiates h_t by h_(t-1)); None: none
     recurrent_state_index: ClassVar[int | None] = 0
@@ -192,6 +211,26 @@ class RecurrentCell(nn.Module, abc.ABC):
                     "it, never the state carried forward)"
                 )
         return None if k is None or k >= len(state_masks) else state_masks[k]
+
+    def jacobian_norm(self, new_state: State | None = None) -> Tensor:
+        """``||d h_t / d h_(t-1)||_F^2`` in closed form, ``h`` the state at ``recurrent_state_index`` and
+        every other state tensor held fixed (the Sobolev penalty of the SCRN paper, sec. 7, eq. 10): per
+        sequence ``[B]`` from the step's ``new_state`` (``jacobian_form == "step"``) or one scalar
+        (``"constant"``). Cells that declare a ``jacobian_form`` override it."""
+        raise TypeError(
+            f"{self.cell_name or type(self).__name__} has no closed-form Jacobian norm (jacobian_form is None): "
+            "differentiate recur instead (the Sobolev penalty's method='autograd')"
+        )
+
+    @classmethod
+    def closed_form_jacobian(cls) -> str | None:
+        """``jacobian_form`` where :meth:`jacobian_norm` was written for this class's :meth:`recur`, else
+        None: a subclass that changes ``recur`` without a new ``jacobian_norm`` falls back to autograd."""
+        if cls.jacobian_form is None:
+            return None
+        owner = next(k for k in cls.__mro__ if "jacobian_norm" in k.__dict__)
+        recur_owner = next(k for k in cls.__mro__ if "recur" in k.__dict__)
+        return cls.jacobian_form if issubclass(owner, recur_owner) else None
 
     def output_reads_state(self, index: int) -> bool:
         """Whether a step's output reads its new state tensor ``index`` (so the last output carries

@@ -112,6 +112,9 @@ class IRLMCell(RecurrentCell):
     #: "fast" (matmul + linear_recurrence) or "reference" (step loop); see the module docstring
     implementation: str = "fast"
     R_PARAMETRIZATIONS = ("sigmoid", "direct")
+    #: long-context units scale with the model: 384 of 512 units in sec. 5.3
+    size_options = {"long_context_units": 3 / 4}
+    jacobian_form = "constant"  # diag(r): jacobian_norm
     #: no recurrent weight matrix, so no variational dropout (module docstring)
     recurrent_dropout = False
     #: the ``method`` passed to :func:`~dsf_lightning.ops.scan.linear_recurrence`
@@ -197,6 +200,11 @@ class IRLMCell(RecurrentCell):
     def long_context_mask(self) -> Tensor:
         """Boolean [H], true for the long-context units (zero the others to score with LCUs alone)."""
         return torch.arange(self.hidden_size, device=self.rho.device) < self.long_context_units
+
+    def jacobian_norm(self, new_state: State | None = None) -> Tensor:
+        """``||d x_t / d x_{t-1}||_F^2 = sum_j r_j^2``: the recurrence is ``diag(r)`` (sec. 3), the same at
+        every step whatever the data (the Sobolev penalty's per-step term, SCRN paper eq. 10)."""
+        return self.r.pow(2).sum()
 
     def timescales(self) -> Tensor:
         """``-1 / log|r|`` per unit [H] (sec. 5.1): how many steps back a unit remembers (0 for r = 0)."""

@@ -47,6 +47,7 @@ from .base import (
     RecurrentCell,
     State,
     activation,
+    activation_derivative,
     check_choice,
     check_positive_int,
     check_probability,
@@ -86,6 +87,9 @@ class SCRNCell(RecurrentCell):
     citation = ("Olzhas Kabdolov, Zhenisbek Assylbekov, Rustem Takhanov. *Reproducing and Regularizing the SCRN "
                 "Model.* 2018.")
     equations, family, state_names = "SCRN paper eqs 1-2, 7", "scrn", ("s", "h")
+    #: d_s scales with the model: 40 of d_h = 300 in Table 1, 120 of 750 in the medium models (about d_h / 6)
+    size_options = {"context_size": 1 / 6}
+    jacobian_form = "step"  # the closed form of sec. 7 (jacobian_norm)
     recurrent_state_index = 1  # variational dropout masks h, never the context s (SCRN eq. 9)
     #: "fast" (scan of eq. 1 + fused loop of eq. 2) or "reference" (step loop); see the module docstring
     implementation: str = "fast"
@@ -169,6 +173,23 @@ class SCRNCell(RecurrentCell):
         h = self.sigma(pre)  # eq. 2
         out = torch.cat((s, h), dim=-1) if self.output == "both" else h  # eq. 7: y_t = [s_t; h_t]
         return out, (s, h)
+
+    def jacobian_norm(self, new_state: State | None = None) -> Tensor:
+        """``||d h_t / d h_{t-1}||_F^2`` per sequence ``[B]`` from the step's new state, sec. 7.
+
+        The paper (row vectors) gets ``d h_t / d h_{t-1} = R diag(sigma'(a_t + h_{t-1} R))`` and
+        ``||.||_F^2 = Tr(R^T R diag(sigma')^2) = (sigma')^2 v(R)`` with ``v(R)_j = ||r_j||^2`` the squared
+        norm of column j of the paper's R. The context ``s_t`` does not depend on ``h_{t-1}`` (eq. 1), so
+        this is the whole Jacobian. Here ``R`` is stored ``[out, in]`` (the transpose of the paper's), so
+        the paper's column j is our row j: ``v = (R ** 2).sum(1)`` and the step's penalty is
+        ``sum_j sigma'_j^2 v_j``, with ``sigma'`` read off ``h_t = sigma(pre)`` (the trick of sec. 7:
+        ``sigma'(x) = sigma(x)(1 - sigma(x))`` for the logistic).
+        """
+        if new_state is None:
+            raise TypeError("SCRNCell.jacobian_norm needs the step's new state (s_t, h_t): its Jacobian depends on h_t")
+        h = new_state[self.recurrent_state_index]  # [B, d_h]
+        v = self.R.pow(2).sum(dim=1)  # [d_h]: squared norms of the weights *into* unit j
+        return activation_derivative(self.hidden_activation, h).pow(2) @ v  # [B]
 
     def forward(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
