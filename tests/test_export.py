@@ -134,7 +134,7 @@ def test_a_missing_exporter_package_names_the_extra(monkeypatch, tmp_path):
 
 
 def test_cli_refuses_folder_options_with_onnx(tmp_path, capsys):
-    assert main(["export", "--format", "onnx", "delta-rnn-ptb", str(tmp_path / "m.onnx"), "--dtype", "float16"]) == 1
+    assert main(["export", "--format", "onnx", "delta-rnn-ptb", str(tmp_path / "m.onnx"), "--dtype", "float16"]) == 2
     err = capsys.readouterr().err
     assert "--dtype" in err and "--format onnx" in err
     assert not (tmp_path / "m.onnx").exists()

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from dsf_lightning.cli import main
+import functools
+
+from dsf_lightning.cli import lightning_cli, main
+from dsf_lightning.cli.row import CHILD_ENTRY
 from dsf_lightning.model import LMConfig, RecurrentLM, count_parameters
 from dsf_lightning.reproduce import runner
 from dsf_lightning.model.budget import hidden_size_for_budget, lm_parameter_count, resolve_budget
 from dsf_lightning.reproduce.tables import TABLES, default_recipes_dir, get_table, list_recipes
+
+#: the runner sits below the CLI: tests hand it the CLI's row builder and child entry, as `dsf reproduce` does
+run_table = functools.partial(runner.run_table, build_cli=lightning_cli, child_entry=CHILD_ENTRY)
 from dsf_lightning.training import LanguageModelModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +113,7 @@ def test_task_recipes_scale_their_data_and_keep_the_rows_overrides():
 
 
 def test_task_rows_whose_data_is_missing_are_skipped_and_named(tmp_path):
-    summary = runner.run_table("srnn-imdb", scale="tiny", data_root=tmp_path / "empty", out=tmp_path / "out",
+    summary = run_table("srnn-imdb", scale="tiny", data_root=tmp_path / "empty", out=tmp_path / "out",
                                rows=["lstm-full"], log=lambda _: None)
     assert summary["skipped"] == ["lstm-full"] and not summary["failed"]
     row = next(r for r in read_csv(tmp_path / "out" / "srnn-imdb.csv") if r["row"] == "lstm-full")
@@ -150,12 +156,12 @@ def test_tiny_table1_word_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     stamp = checkpoint.stat().st_mtime_ns
 
     # the second run trains nothing: every row is skipped as done
-    def no_training(spec):
+    def no_training(spec, *_):
         raise AssertionError("a finished row was run again")
 
     monkeypatch.setattr(runner, "run_row", no_training)
     monkeypatch.setattr(runner, "run_dynamic", no_training)
-    summary = runner.run_table("dsf-table1-word", scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
+    summary = run_table("dsf-table1-word", scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
     assert summary["ran"] == [] and summary["skipped_done"] == [r.key for r in table.rows]
     assert checkpoint.stat().st_mtime_ns == stamp
 
@@ -164,7 +170,7 @@ def test_tiny_table1_word_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     (out / "dsf-table1-word.state.json").write_text(json.dumps(state))
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
-    summary = runner.run_table("dsf-table1-word", scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
+    summary = run_table("dsf-table1-word", scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
     assert summary["ran"] == ["elman"]
     assert read_csv(out / "dsf-table1-word.csv")[0]["status"] == "done"
 
@@ -173,7 +179,7 @@ def test_tiny_task_row_end_to_end_then_shared_and_resumed(tmp_path, monkeypatch)
     """One Tomita row through fit + test of the real CLI (tiny data, ~3 s), a row of the same model reusing it."""
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    summary = runner.run_table("srnn-tomita", scale="tiny", out=out, rows=["g2"], log=lambda _: None)
+    summary = run_table("srnn-tomita", scale="tiny", out=out, rows=["g2"], log=lambda _: None)
     assert summary["ran"] == ["g2"] and not summary["failed"] and not summary["pending"]
     rows = {r["row"]: r for r in read_csv(out / "srnn-tomita.csv")}
     done = rows["g2"]
@@ -197,18 +203,18 @@ def test_tiny_task_row_end_to_end_then_shared_and_resumed(tmp_path, monkeypatch)
     table = tables.Table("srnn-tomita", real.title, real.paper, (*real.rows, twin), real.notes)
     monkeypatch.setitem(tables.TABLES, table.id, table)
 
-    def no_training(spec):
+    def no_training(spec, *_):
         raise AssertionError("a run was repeated")
 
     monkeypatch.setattr(runner, "run_row", no_training)
-    summary = runner.run_table("srnn-tomita", scale="tiny", out=out, rows=["g2", "g2-again"], log=lambda _: None)
+    summary = run_table("srnn-tomita", scale="tiny", out=out, rows=["g2", "g2-again"], log=lambda _: None)
     assert summary["skipped_done"] == ["g2"] and summary["ran"] == ["g2-again"]
     again = {r["row"]: r for r in read_csv(out / "srnn-tomita.csv")}["g2-again"]
     assert again["measured"] == done["measured"] and "run of row g2" in again["message"]
 
 
 def test_rows_whose_corpus_is_missing_are_skipped_and_named(tmp_path):
-    summary = runner.run_table("scrn-table6", scale="tiny", data_root=tmp_path / "empty", out=tmp_path / "out",
+    summary = run_table("scrn-table6", scale="tiny", data_root=tmp_path / "empty", out=tmp_path / "out",
                                rows=["fr-scrn", "de-lstm"], log=lambda _: None)
     assert summary["skipped"] == ["fr-scrn", "de-lstm"] and not summary["ran"] and not summary["failed"]
     rows = {r["row"]: r for r in read_csv(tmp_path / "out" / "scrn-table6.csv")}
@@ -226,7 +232,7 @@ def test_pending_rows_are_listed_with_their_reason(tmp_path, monkeypatch):
     waiting = tables.Row("waits", "A row waiting for a feature", 1.0, "ppl", pending="needs a feature X")
     table = tables.Table("with-pending", "a table with a pending row", real.paper, (*real.rows, waiting))
     monkeypatch.setitem(tables.TABLES, table.id, table)
-    summary = runner.run_table(table.id, scale="tiny", data_root=tmp_path, out=tmp_path / "out",
+    summary = run_table(table.id, scale="tiny", data_root=tmp_path, out=tmp_path / "out",
                                rows=["waits"], log=lambda _: None)
     assert summary["pending"] == ["waits"]
     row = next(r for r in read_csv(tmp_path / "out" / "with-pending.csv") if r["row"] == "waits")
@@ -235,9 +241,9 @@ def test_pending_rows_are_listed_with_their_reason(tmp_path, monkeypatch):
 
 def test_unknown_table_or_row_is_a_clear_error(tmp_path):
     with pytest.raises(KeyError, match="dsf-table1-word"):
-        runner.run_table("no-such-table", out=tmp_path)
+        run_table("no-such-table", out=tmp_path)
     with pytest.raises(KeyError, match="no row"):
-        runner.run_table("dsf-table1-word", out=tmp_path, rows=["nope"])
+        run_table("dsf-table1-word", out=tmp_path, rows=["nope"])
 
 
 # ----------------------------------------------------------------------------------------- budgets

@@ -7,10 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from dsf_lightning.cli import main
+import functools
+
+from dsf_lightning.cli import lightning_cli, main
+from dsf_lightning.cli.row import CHILD_ENTRY
 from dsf_lightning.reproduce import parallel, runner
 from dsf_lightning.reproduce.progress import read_progress, totals
 from dsf_lightning.reproduce.tables import default_recipes_dir, get_table
+
+#: the runner sits below the CLI: tests hand it the CLI's row builder and child entry, as `dsf reproduce` does
+run_table = functools.partial(runner.run_table, build_cli=lightning_cli, child_entry=CHILD_ENTRY)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
@@ -40,7 +46,7 @@ def test_two_rows_train_side_by_side_in_one_thread_processes(tmp_path, monkeypat
         assert row["command"].startswith("dsf fit --config recipes/ptb/") and "$DSF_DATA_ROOT" in row["command"]
         assert row["commit"], "the git commit is recorded"
         folder = out / "runs" / "dsf-table1-word" / key
-        assert "dsf_lightning.reproduce.row" in (folder / "row.log").read_text()
+        assert "dsf_lightning.cli.row" in (folder / "row.log").read_text()
         progress = read_progress(folder)
         assert len(progress["sittings"]) == 1 and totals(progress)["tokens"] == entry["tokens"] > 0
     assert rows["delta-rnn"]["status"] == "not run"
@@ -61,8 +67,8 @@ def test_interrupted_parallel_run_stops_its_children_and_the_next_run_retries(tm
     started = []
     real_start = parallel._start
 
-    def start(spec):
-        child = real_start(spec)
+    def start(spec, entry):
+        child = real_start(spec, entry)
         started.append(child[0])
         return child
 
@@ -72,25 +78,25 @@ def test_interrupted_parallel_run_stops_its_children_and_the_next_run_retries(tm
     monkeypatch.setattr(parallel, "_start", start)
     monkeypatch.setattr(parallel, "_wait", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_table("dsf-table1-word", rows=["elman", "lstm"], jobs=2, scale="tiny", data_root=DATA_ROOT,
+        run_table("dsf-table1-word", rows=["elman", "lstm"], jobs=2, scale="tiny", data_root=DATA_ROOT,
                          out=out, log=lambda _: None)
     assert len(started) == 2 and all(child.poll() is not None for child in started)
     state = json.loads((out / "dsf-table1-word.state.json").read_text())
     assert {state["rows"][k]["status"] for k in ("elman", "lstm")} == {"running"}
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
-    summary = runner.run_table("dsf-table1-word", rows=["elman", "lstm"], jobs=2, scale="tiny", data_root=DATA_ROOT,
+    summary = run_table("dsf-table1-word", rows=["elman", "lstm"], jobs=2, scale="tiny", data_root=DATA_ROOT,
                                out=out, log=lambda _: None)
     assert sorted(summary["ran"]) == ["elman", "lstm"] and not summary["failed"]
 
 
 def test_jobs_and_threads_are_checked(tmp_path):
     with pytest.raises(ValueError, match="jobs must be a whole number >= 1"):
-        runner.run_table("scrn-table2", jobs=0, out=tmp_path)
+        run_table("scrn-table2", jobs=0, out=tmp_path)
     with pytest.raises(ValueError, match="threads must be"):
-        runner.run_table("scrn-table2", jobs=2, threads=0, out=tmp_path)
+        run_table("scrn-table2", jobs=2, threads=0, out=tmp_path)
     with pytest.raises(ValueError, match="cannot be combined"):
-        runner.run_table("scrn-table2", jobs=2, out=tmp_path, overrides=["--trainer.devices=2"])
+        run_table("scrn-table2", jobs=2, out=tmp_path, overrides=["--trainer.devices=2"])
 
 
 @needs_ptb
@@ -102,9 +108,9 @@ def test_progress_counts_every_sitting_of_a_resumed_row(tmp_path):
     args = runner.cli_arguments(recipe, runner.merged_overrides(recipe_dict, row, "tiny"), DATA_ROOT, [])
     workdir = tmp_path / "row"
     spec = {"args": args, "workdir": str(workdir), "metric": "ppl", "resume": False}
-    first = runner.run_row(spec)
+    first = runner.run_row(spec, lightning_cli)
     assert first["sittings"] == 1 and [e["epoch"] for e in first["epochs"]] == [0]
-    second = runner.run_row(dict(spec, args=[*args, "--trainer.max_epochs=2"], resume=True))
+    second = runner.run_row(dict(spec, args=[*args, "--trainer.max_epochs=2"], resume=True), lightning_cli)
     assert second["resumed_from"] and second["sittings"] == 2
     assert [e["epoch"] for e in second["epochs"]] == [0, 1]
     progress = read_progress(workdir)
@@ -164,7 +170,7 @@ def test_the_table_shows_a_row_still_training_from_its_progress(tmp_path):
     args = runner.cli_arguments(recipe, runner.merged_overrides(runner.load_recipe(recipe), table.row("h40-s10"), "tiny"),
                                 DATA_ROOT, [])
     folder = row_folder(tmp_path, table.id, "h40-s10")
-    runner.run_row({"args": args, "workdir": str(folder), "metric": "ppl", "resume": False})
+    runner.run_row({"args": args, "workdir": str(folder), "metric": "ppl", "resume": False}, lightning_cli)
     state = {"table": table.id, "rows": {"h40-s10": {"status": "running"}}}
     md, csv_path = write_outputs(table, state, tmp_path, "paper")
     row = read_csv(csv_path)["h40-s10"]
@@ -193,9 +199,11 @@ def test_classifier_rows_curves_and_best_validation_read_as_error(tmp_path):
 
 
 def test_report_only_rewrites_the_table_from_the_state_and_trains_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(runner, "run_row", lambda spec: pytest.fail("--report-only trained a row"))
-    with pytest.raises(SystemExit, match="no .*scrn-table2.state.json: run `dsf reproduce scrn-table2"):
-        main(["reproduce", "scrn-table2", "--report-only", "--out", str(tmp_path)])
+    monkeypatch.setattr(runner, "run_row", lambda spec, *_: pytest.fail("--report-only trained a row"))
+    assert main(["reproduce", "scrn-table2", "--report-only", "--out", str(tmp_path)]) == 2  # one usage error policy
+    err = capsys.readouterr().err
+    assert err.startswith("dsf reproduce: error: no ") and "scrn-table2.state.json: run `dsf reproduce scrn-table2" in err
+    assert err.count("\n") == 1
     state = {"table": "scrn-table2", "command": "dsf reproduce scrn-table2 --scale paper", "commit": "abc",
              "rows": {"h40-s10": {"status": "done", "measured": 130.5, "metrics": {"best_val_loss": 4.9},
                                   "epochs": [{"epoch": 0, "val_loss": 5.0, "cpu_seconds": 60.0}]}}}

@@ -22,7 +22,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dsf_lightning import score_command, scoring
+from dsf_lightning import scoring
+from dsf_lightning.cli import score as score_command
 from dsf_lightning.data.tokenizers import CharTokenizer, SubwordTokenizer, WordTokenizer
 from dsf_lightning.data.vocab import Vocabulary
 from dsf_lightning.model import LMConfig, RecurrentLM

@@ -15,7 +15,8 @@ import math
 import pytest
 import torch
 
-from dsf_lightning import score_command, scoring
+from dsf_lightning import scoring
+from dsf_lightning.cli import score as score_command
 from dsf_lightning.cells import get_cell
 from dsf_lightning.data.tokenizers import WordTokenizer
 from dsf_lightning.data.vocab import Vocabulary

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import dsf_lightning
-from dsf_lightning import score_command, scoring
+from dsf_lightning import scoring
+from dsf_lightning.cli import score as score_command
 from dsf_lightning.data.normalize import get_normalizer
 from dsf_lightning.model.pretrained import Pretrained, load_pretrained, save_pretrained
 from dsf_lightning.hub._folder import PretrainedFormatError

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dsf_lightning import score_command, scoring
+from dsf_lightning import scoring
+from dsf_lightning.cli import score as score_command
 from dsf_lightning.data.tokenizers import CharTokenizer, SubwordTokenizer, WordTokenizer
 from dsf_lightning.data.vocab import Vocabulary
 from dsf_lightning.model import LMConfig, RecurrentLM
@@ -110,7 +111,8 @@ SCRIPT = textwrap.dedent(
     r"""
     import contextlib, io, json, os, random, sys, threading, time, types
     import torch
-    from dsf_lightning import score_command, scoring
+    from dsf_lightning import scoring
+    from dsf_lightning.cli import score as score_command
     from dsf_lightning.data.tokenizers import WordTokenizer
     from dsf_lightning.data.vocab import Vocabulary
     from dsf_lightning.model import LMConfig, RecurrentLM

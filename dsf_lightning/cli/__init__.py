@@ -1,488 +1,82 @@
-"""The ``dsf`` command line.
+"""The ``dsf`` command line: ONE command table (:data:`COMMANDS`) and ONE error policy (:mod:`.errors`).
 
-``dsf fit | validate | test | predict`` is a LightningCLI over
-:class:`~dsf_lightning.training.LanguageModelModule` and
-:class:`~dsf_lightning.training.datamodule.LanguageModelDataModule` (``--config recipes/...yaml``, with
-``data.vocab_size`` linked into the model); ``dsf predict`` writes the per-token log-probabilities of
-``data.predict_split`` (or ``data.predict_file``) as JSON lines to ``--predict_output``
-(:mod:`dsf_lightning.training.prediction`). ``dsf list cells`` prints the registered cell names, one
-per line; ``--details`` adds each cell's parameter count at a chosen size and what it is.
+Every command lives in one module of this package, named in the table with its one-line help:
+
+* ``fit | validate | test | predict``: a LightningCLI (:mod:`.lightning`; ``dsf fit --help``);
+* ``list cells | corpora | tasks | models | recipes | tables`` (:mod:`.lists`);
+* ``reproduce`` (:mod:`.reproduce`, its child-process row entry :mod:`.row`);
+* ``score``, ``classify``, ``generate`` (:mod:`.score`, :mod:`.classify`, :mod:`.generate`);
+* ``export``, ``push`` (:mod:`.hub`); ``analyze TOOL`` (:mod:`.analyze`).
+
+Exit codes, the same for every command (:mod:`.errors`): 0 ok, 1 the work failed (a diverged run, failed
+``dsf reproduce`` rows), 2 a usage error or the user's input / environment (one line on stderr:
+``dsf COMMAND: error: ...``), 130 interrupted. ``python -m dsf_lightning.cli ...`` is ``dsf ...``.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
-from typing import Optional, Sequence
+from importlib import import_module
+from typing import NamedTuple, Sequence
 
-from .. import cells
-
-
-def _summary(cls: type) -> str:
-    doc = inspect.getdoc(cls) or ""
-    first = doc.split("\n\n")[0].replace("\n", " ").strip()
-    return first.rstrip(":").rstrip(".")
+from .lightning import LIGHTNING_COMMANDS, is_task_recipe, lightning_cli  # noqa: F401 - the public names
 
 
-def list_cells_command(args: argparse.Namespace) -> int:
-    names = cells.list_cells()
-    if not args.details:
-        print("\n".join(names))
-        return 0
-    rows = []
-    for name in names:
-        cls = cells.get_cell(name)
-        try:
-            cell = cls(args.input_size, args.hidden_size)
-        except cells.CellOptionError as err:  # e.g. ran-simple needs input_size == hidden_size
-            rows.append((name, "-", "-", f"{_summary(cls)} [not at this size: {err}]"))
-            continue
-        n_params = sum(p.numel() for p in cell.parameters())
-        rows.append((name, f"{n_params:,}", str(cell.output_size), _summary(cls)))
-    header = ("cell", f"params (I={args.input_size}, H={args.hidden_size})", "output", "what it is")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
-    for row in [header, *rows]:
-        print("  ".join(col.ljust(w) for col, w in zip(row[:3], widths)) + "  " + row[3])
-    return 0
+class Command(NamedTuple):
+    """One ``dsf`` command: the module of this package that holds it, the function that adds its parser
+    (``adder(subparsers, help=...)``; None for the LightningCLI commands, parsed by LightningCLI) and its help."""
+
+    module: str
+    adder: str | None
+    help: str
 
 
-def list_corpora_command(args: argparse.Namespace) -> int:
-    from ..data.corpora import list_corpora
-
-    print("\n".join(list_corpora()))
-    return 0
-
-
-def list_tasks_command(args: argparse.Namespace) -> int:
-    """One row per task DataModule (name, class, classes, default sizes, what it is), its recipes below it."""
-    from ..tasks.catalog import list_tasks, task_recipes
-
-    tasks = list_tasks()
-    recipes = task_recipes(args.recipes_dir)
-    header = ("task", "DataModule (dsf_lightning.tasks)", "classes", "default sizes (train / valid / test)", "what it is")
-    rows = [(t.name, t.datamodule.__name__, t.classes, t.sizes, t.what) for t in tasks]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    print("  ".join(col.ljust(w) for col, w in zip(header[:4], widths)) + "  " + header[4])
-    for task, row in zip(tasks, rows):
-        print("  ".join(col.ljust(w) for col, w in zip(row[:4], widths)) + "  " + row[4])
-        names = recipes.get(task.datamodule) or []
-        print(" " * (widths[0] + 2) + "recipes: " + (", ".join(names) if names else "none (build the DataModule in a recipe)"))
-    return 0
+#: every ``dsf`` command, in the order ``dsf --help`` lists them
+COMMANDS: dict[str, Command] = {
+    "fit": Command("lightning", None, "train a model from a recipe (LightningCLI; see `dsf fit --help`)"),
+    "validate": Command("lightning", None, "validate a model (LightningCLI)"),
+    "test": Command("lightning", None, "test a model, e.g. a checkpoint with --ckpt_path (LightningCLI)"),
+    "predict": Command("lightning", None, "per-token log-probabilities as JSON lines (LightningCLI)"),
+    "list": Command("lists", "add_list_parser", "list what the library knows (cells, corpora, tasks, models, recipes, tables)"),
+    "reproduce": Command("reproduce", "add_reproduce_parser",
+                         "run a paper's table: every row's recipe, fit then test, against the published numbers"),
+    "score": Command("score", "add_score_parser", "score text with a pretrained model (log-probabilities, perplexity, bpc)"),
+    "classify": Command("classify", "add_classify_parser",
+                        "classify texts with a pretrained text classifier (label and probabilities)"),
+    "generate": Command("generate", "add_generate_parser", "generate text with a pretrained model (streamed token by token)"),
+    "export": Command("hub", "add_export_parser", "turn a training checkpoint into a pretrained model folder"),
+    "push": Command("hub", "add_push_parser", "upload a pretrained model folder to the Hugging Face Hub"),
+    "analyze": Command("analyze", "add_analyze_parser", "analysis plots: state deltas, RAN influence, IRLM timescales, "
+                       "sr-RNN centroids, trajectories, sentence completion"),
+}
+assert set(LIGHTNING_COMMANDS) == {name for name, c in COMMANDS.items() if c.adder is None}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every command of :data:`COMMANDS` (the LightningCLI ones only listed)."""
     parser = argparse.ArgumentParser(
         prog="dsf",
         description="dsf-lightning: train, score and list Differential State Framework language models. "
-        f"Training subcommands (LightningCLI): {', '.join(LIGHTNING_COMMANDS)}; see `dsf fit --help`.",
+        "Exit codes: 0 ok, 1 the work failed, 2 a usage error or bad input (one line on stderr), 130 interrupted.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    listing = commands.add_parser("list", help="list what the library knows (cells, corpora, models)")
-    what = listing.add_subparsers(dest="what", required=True, metavar="WHAT")
-    cell_list = what.add_parser("cells", help="the registered recurrent cells")
-    cell_list.add_argument("--details", action="store_true", help="add parameter counts and a summary")
-    cell_list.add_argument("--input-size", type=int, default=128, help="input size for --details")
-    cell_list.add_argument("--hidden-size", type=int, default=128, help="hidden size for --details")
-    cell_list.set_defaults(handler=list_cells_command)
-    what.add_parser("corpora", help="the corpora load_corpus knows").set_defaults(handler=list_corpora_command)
-    task_list = what.add_parser("tasks", help="the sr-RNN paper's sequence tasks: DataModule, classes, sizes, recipes")
-    task_list.add_argument("--recipes-dir", default=None, help="recipes folder (default: $DSF_RECIPES_DIR or the checkout's)")
-    task_list.set_defaults(handler=list_tasks_command)
-    from .hub import add_export_parser, add_list_models_parser, add_push_parser
-    from ..score_command import add_score_parser
-
-    add_list_models_parser(what)
-    from ..reproduce.command import add_list_recipes_parsers, add_reproduce_parser
-
-    add_list_recipes_parsers(what)
-    add_reproduce_parser(commands)
-    add_score_parser(commands)
-    from ..classify_command import add_classify_parser
-
-    add_classify_parser(commands)
-    from ..generate_command import add_generate_parser
-
-    add_generate_parser(commands)
-    add_export_parser(commands)
-    add_push_parser(commands)
-    from ..analysis.command import add_analyze_parser
-
-    add_analyze_parser(commands)
+    for name, command in COMMANDS.items():
+        if command.adder is None:  # listed for `dsf --help`; main() hands the command line to LightningCLI
+            commands.add_parser(name, help=command.help, add_help=False)
+            continue
+        adder = getattr(import_module(f".{command.module}", __name__), command.adder)
+        adder(commands, help=command.help)
     return parser
 
 
-LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-
-
-def _names_a_class(value) -> bool:
-    """A ``model:`` / ``data:`` value in subclass form: ``{class_path: ...}`` or a bare class name."""
-    if isinstance(value, dict):
-        return "class_path" in value
-    return isinstance(value, str) and bool(value.strip()) and not value.strip().startswith(("{", "["))
-
-
-def is_task_recipe(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` (its ``--config`` files, ``--model`` / ``--data`` values) names the model or the
-    data by ``class_path``: the sequence-task form (``SequenceClassifier`` + a task DataModule) rather
-    than the language-model form (plain ``model:`` / ``data:`` keys)."""
-    from ..training.recipe_guard import config_source as _config_source
-
-    args = [str(a) for a in argv]
-    for i, arg in enumerate(args):
-        key, value = (arg.split("=", 1) + [None])[:2] if arg.startswith("--") else (arg, None)
-        if value is None and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            value = args[i + 1]
-        key = key.lstrip("-")
-        if key in ("model.class_path", "data.class_path"):
-            return True
-        if value is None:
-            continue
-        if key in ("model", "data"):
-            parsed, _ = _config_source(value)
-            if _names_a_class(parsed):
-                return True
-        elif key in ("c", "config"):
-            parsed, _ = _config_source(value)
-            if isinstance(parsed, dict) and any(
-                isinstance(parsed.get(group), (dict, str)) and _names_a_class(parsed.get(group)) for group in ("model", "data")
-            ):
-                return True
-    return False
-
-
-def _data_option(name: str):
-    """``compute_fn`` for a link from the instantiated task DataModule: one of its ``model_options()``
-    (read there, not from an attribute: IMDB knows its vocabulary only once its reviews are read)."""
-
-    def compute(data):
-        options = data.model_options() if hasattr(data, "model_options") else {}
-        default = {"vocab_size": 0, "input_size": 0}.get(name)
-        value = options.get(name, getattr(data, name, default))
-        return default if value is None else value
-
-    compute.__name__ = f"model_options()[{name!r}]"
-    return compute
-
-
-def _check_resume_options(cli, argv: Sequence[str]) -> None:
-    """``dsf fit --ckpt_path``: LightningCLI replaces the model options with the checkpoint's
-    ``hyper_parameters``. A model option set to another value than the checkpoint's (on the command line,
-    or in a config to a value other than its default) is a
-    :class:`~dsf_lightning.training.resume.ResumeMismatchError` instead; options left out are the checkpoint's."""
-    import inspect
-
-    from ..training.resume import check_hyperparameters
-
-    sub = cli.config.get("subcommand")
-    if sub != "fit" or not cli.config[sub].get("ckpt_path") or task_mode_of(cli):
-        return
-    before = getattr(cli, "_model_before_ckpt", None)
-    after = cli.config[sub].get("model")
-    if before is None or after is None:
-        return
-    before, after = before.as_dict(), after.as_dict()
-    defaults = {n: p.default for n, p in inspect.signature(cli.model_class).parameters.items()}
-    named = {a.split("=", 1)[0][len("--model."):].split(".")[0] for a in map(str, argv) if a.startswith("--model.")}
-    given = {k: v for k, v in before.items() if k in named or (k in defaults and v != defaults[k])}
-    if after.get("parameter_budget") is not None:
-        given.pop("hidden_sizes", None)  # replaced by the size the budget gives (as recorded)
-    check_hyperparameters({k: after.get(k) for k in given}, given, source=f"checkpoint {cli.config[sub]['ckpt_path']}")
-
-
-def _class_spec(value) -> dict | None:
-    """A parsed ``--optimizer`` / ``--lr_scheduler`` value as ``{class_path, init_args}`` (None: not given)."""
-    if not value:
-        return None
-    value = value.as_dict() if hasattr(value, "as_dict") else dict(value)
-    return value if value.get("class_path") else None
-
-
-def _cli_optimization(model, optimizer_init, scheduler_init) -> None:
-    """``dsf fit --optimizer CLASS`` / ``--lr_scheduler CLASS`` (LightningCLI's keys, classes from the recipe
-    allowlist) on top of the module's own ``configure_optimizers``:
-
-    * ``--optimizer``: a module with ``optimizer_factory`` (:class:`~dsf_lightning.training.LanguageModelModule`)
-      builds it over its own parameter groups (``param_group_lr``) and keeps its own schedule; its
-      ``model.optimizer`` / ``lr`` / ``momentum`` / ``weight_decay`` are replaced by the class's init_args. Other
-      modules get it over all their parameters;
-    * ``--lr_scheduler``: stepped on the module's optimizer (or ``--optimizer``'s) every epoch; a
-      ``ReduceLROnPlateau`` (the DSF paper's "halve when validation does not improve") after every validation on
-      ``val_loss``. A module that sets its own schedule (``model.lr_halving_patience``,
-      ``model.lr_decay_after_epoch``) is a :class:`~dsf_lightning.model.ModelConfigError`: one schedule at a time.
-    """
-    from functools import partial, update_wrapper
-    from types import MethodType
-
-    from lightning.pytorch.cli import instantiate_class
-
-    optimizer_init, scheduler_init = _class_spec(optimizer_init), _class_spec(scheduler_init)
-    if optimizer_init is None and scheduler_init is None:
-        return
-    if optimizer_init is not None:
-        if hasattr(model, "optimizer_factory"):
-            model.optimizer_factory = partial(instantiate_class, init=optimizer_init)
-            optimizer_init = None
-    if scheduler_init is not None:
-        from ..model import ModelConfigError
-
-        own = type(model).configure_optimizers(model)  # a probe: does the module set a schedule of its own?
-        if isinstance(own, dict) and own.get("lr_scheduler") is not None:
-            hp = getattr(model, "hparams", {})
-            options = [f"model.{k}={hp.get(k)!r}" for k in ("lr_halving_patience", "lr_decay_after_epoch")
-                       if hp.get(k) is not None]
-            raise ModelConfigError(
-                f"--lr_scheduler {scheduler_init['class_path']} and the model's own schedule ({', '.join(options) or 'configure_optimizers'}) "
-                "would both set the learning rate: drop --lr_scheduler, or turn the model's off "
-                "(--model.lr_halving_patience null / --model.lr_decay_after_epoch null)"
-            )
-    configure = partial(_configure_optimizers, optimizer_init=optimizer_init, scheduler_init=scheduler_init)
-    update_wrapper(configure, type(model).configure_optimizers)
-    model.configure_optimizers = MethodType(configure, model)
-
-
-def _configure_optimizers(model, optimizer_init=None, scheduler_init=None):
-    """``configure_optimizers`` of a module under :func:`_cli_optimization`."""
-    import torch
-    from lightning.pytorch.cli import instantiate_class
-
-    result = type(model).configure_optimizers(model)
-    if optimizer_init is not None:  # a module without optimizer_factory: LightningCLI's own behaviour
-        return _with_schedule(instantiate_class(model.parameters(), optimizer_init), scheduler_init)
-    if scheduler_init is None:
-        return result
-    optimizer = result["optimizer"] if isinstance(result, dict) else result
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"--lr_scheduler needs one optimizer from {type(model).__name__}.configure_optimizers, got {result!r}")
-    return _with_schedule(optimizer, scheduler_init)
-
-
-def _with_schedule(optimizer, scheduler_init):
-    from lightning.pytorch.cli import instantiate_class
-
-    from ..training.optim import with_schedule
-
-    # LanguageModelModule steps plateau schedules itself after every validation; Lightning steps them at epoch
-    # ends for other modules
-    return with_schedule(optimizer, None if scheduler_init is None else instantiate_class(optimizer, scheduler_init))
-
-
-#: the loggers that need a package dsf-lightning does not install: (importable names, the extra that installs one)
-LOGGER_EXTRAS = {"TensorBoardLogger": (("tensorboard", "tensorboardX"), "tensorboard"), "WandbLogger": (("wandb",), "wandb")}
-
-
-class LoggerPackageError(ModuleNotFoundError):
-    """A recipe or command line names a logger whose package is not installed (the message names the extra)."""
-
-
-def check_logger_packages(trainer) -> None:
-    """Raise :class:`LoggerPackageError` when ``trainer.logger`` (one spec or a list) names a logger of
-    :data:`LOGGER_EXTRAS` none of whose packages is importable, before Lightning fails on it mid-parse."""
-    import importlib.util
-
-    value = trainer.get("logger") if trainer is not None and hasattr(trainer, "get") else None
-    for spec in value if isinstance(value, (list, tuple)) else [value]:
-        path = spec.get("class_path") if hasattr(spec, "get") else spec if isinstance(spec, str) else None
-        name = str(path).rsplit(".", 1)[-1] if path else None
-        if name not in LOGGER_EXTRAS:
-            continue
-        packages, extra = LOGGER_EXTRAS[name]
-        if not any(importlib.util.find_spec(p) is not None for p in packages):
-            raise LoggerPackageError(
-                f"trainer.logger {name} needs the {' or '.join(repr(p) for p in packages)} package, which is not "
-                f"installed: pip install 'dsf-lightning[{extra}]' (or choose lightning.pytorch.loggers.CSVLogger, "
-                "which needs nothing more)"
-            )
-
-
-def _early_stopping_after_validation(callbacks) -> None:
-    """Make every ``EarlyStopping`` whose ``check_on_train_epoch_end`` was not given check after each
-    validation. Lightning's default checks at the training-epoch end, which raises "val_loss not available"
-    when a run ends mid-epoch before any validation (``--trainer.max_steps 20``, the usual smoke test); after
-    each validation is the same check whenever validation runs at every epoch end (the recipes' setting)."""
-    from lightning.pytorch.callbacks import EarlyStopping
-
-    for callback in callbacks:
-        if isinstance(callback, EarlyStopping) and getattr(callback, "_check_on_train_epoch_end", False) is None:
-            callback._check_on_train_epoch_end = False
-
-
-def task_mode_of(cli) -> bool:
-    return bool(getattr(cli, "subclass_mode_model", False))
-
-
-def lightning_cli(argv: Sequence[str], run: bool = True):
-    """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``); with
-    ``run=False`` ``argv`` holds no subcommand and the CLI only parses and instantiates (recipe tests).
-
-    Two recipe forms:
-
-    * language models (plain ``model:`` / ``data:`` keys): :class:`~dsf_lightning.training.LanguageModelModule`
-      over :class:`~dsf_lightning.training.datamodule.LanguageModelDataModule`, ``data.vocab_size`` linked in;
-    * sequence tasks (``model:`` / ``data:`` with a ``class_path``, the sr-RNN paper's tasks): subclass mode
-      over :class:`~dsf_lightning.tasks.SequenceClassifier` / ``SequenceTagger`` and the task DataModules
-      (:class:`~dsf_lightning.tasks.SequenceDataModule`), with the DataModule's ``vocab_size``,
-      ``input_size`` and ``num_classes`` linked into the model.
-    """
-    from lightning.pytorch.cli import LightningCLI
-
-    from ..training.datamodule import LanguageModelDataModule
-    from ..training import LanguageModelModule
-    from ..training.checkpoint_io import AtomicCheckpointIO
-    from ..training.guards import check_trainer_counts
-    from ..training.recipe_guard import check_checkpoint, check_parsed_config, guarded
-
-    task_mode = is_task_recipe(argv)
-
-    class DSFCLI(LightningCLI):
-        def __init__(self, *args, **kwargs) -> None:
-            # parse, instantiate and run under the recipe policy: only the allowed classes are imported,
-            # nothing is built from Any values, YAML is bounded (recipe_guard; UnsafeRecipeError otherwise)
-            guarded(super().__init__, *args, **kwargs)
-
-        def add_arguments_to_parser(self, parser) -> None:
-            parser.add_argument(
-                "--nonfinite_guard", type=bool, default=True,
-                help="add NonFiniteGuard (skip NaN / inf steps, stop on non-finite weights) unless trainer.callbacks "
-                "has one; false: train without it",
-            )
-            if task_mode:
-                # what the data decides (vocabulary, features, classes): a YAML value for these is ignored.
-                # `end_token` is not linked (SequenceTagger has none); SequenceClassifier.setup checks it
-                # against the data's start_end_tokens.
-                for name in ("vocab_size", "input_size", "num_classes"):
-                    parser.link_arguments("data", f"model.init_args.{name}", compute_fn=_data_option(name),
-                                          apply_on="instantiate")
-                return
-            # the vocabulary is known only once the corpus is read: a YAML value here is ignored
-            parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
-            # fine-tuning: the data is encoded with the vocabulary of the model it starts from
-            parser.link_arguments("model.init_from", "data.vocab_from", apply_on="parse")
-
-        def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
-            parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-            if subcommand == "predict" and not task_mode:
-                # the lines go to a file as they are scored (TokenLogprobWriter), not into a list in memory
-                parser.set_defaults({"return_predictions": False})
-                parser.add_argument(
-                    "--predict_output", type=Optional[str], default=None,
-                    help="JSON-lines file for the per-token log-probabilities (default: predictions.jsonl in "
-                    "trainer.default_root_dir); ignored when trainer.callbacks has a TokenLogprobWriter",
-                )
-            return parser
-
-        def _parse_ckpt_path(self) -> None:
-            # LightningCLI parses the checkpoint's hyper_parameters into the config: weights-only and bounded
-            # first (recipe_guard.check_checkpoint); their class paths then meet the allowlist like a recipe's
-            config = self.config.get(str(self.config.get("subcommand")), None) if self.config.get("subcommand") else None
-            if config is not None and config.get("ckpt_path"):
-                check_checkpoint(str(config.get("ckpt_path")))
-            super()._parse_ckpt_path()
-
-        def parse_arguments(self, parser, args) -> None:
-            import warnings
-
-            with warnings.catch_warnings():
-                # `args` is always dsf's own command line (or a `dsf reproduce` row), never a second one
-                # beside sys.argv: LightningCLI's warning about getting both would be printed by every command
-                warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-                super().parse_arguments(parser, args)
-            sub = self.config.get("subcommand")  # the model options as given, before --ckpt_path replaces them
-            model = self.config.get(sub, {}).get("model") if sub else None
-            self._model_before_ckpt = model.clone() if hasattr(model, "clone") else None
-
-        def _add_configure_optimizers_method_to_model(self, subcommand) -> None:
-            # LightningCLI's --optimizer / --lr_scheduler, combined with the module's own optimizer options
-            # instead of replacing its configure_optimizers (which dropped param_group_lr and the schedule, and
-            # ignored an --lr_scheduler given without --optimizer)
-            _cli_optimization(self.model, self._get(self.config_init, "optimizer"), self._get(self.config_init, "lr_scheduler"))
-
-        def before_fit(self) -> None:
-            # training's process-wide allocator policy (glibc: large per-step buffers reused, not page-faulted
-            # in every step; DSF_MALLOC_TUNING=0 opts out): the command's choice, never an import's side effect
-            from ..training.allocator import keep_freed_memory
-
-            keep_freed_memory()
-
-        def before_instantiate_classes(self) -> None:
-            _check_resume_options(self, argv)  # --ckpt_path: model options the checkpoint would silently replace
-            # Lightning lists `devices` indices up front: refuse absurd counts (ValueError) before that
-            config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
-            check_parsed_config(config)  # no class spec left half-parsed in a plain-data option
-            check_logger_packages(config.get("trainer"))  # a logger whose package is missing: name the extra
-            check_trainer_counts(config.get("trainer"))
-
-        def instantiate_trainer(self, **kwargs):
-            # atomic, fsynced checkpoint files and weights-only resume, unless a CheckpointIO is given
-            from lightning.pytorch.plugins.io import CheckpointIO
-
-            config = self._get(self.config_init, "trainer", default={})
-            plugins = kwargs.get("plugins", config.get("plugins"))
-            plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
-            if not any(isinstance(p, CheckpointIO) for p in plugins):
-                kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
-            # NaN / inf steps skipped, non-finite weights stop the run before their checkpoint (on by default)
-            from ..training.guards import NonFiniteGuard
-
-            callbacks = kwargs.get("callbacks", config.get("callbacks"))
-            callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-            if self._get(self.config_init, "nonfinite_guard", default=True) and not any(
-                isinstance(c, NonFiniteGuard) for c in callbacks
-            ):
-                kwargs["callbacks"] = callbacks = [*callbacks, NonFiniteGuard()]
-            if self.subcommand == "predict" and not task_mode:  # dsf predict: per-token JSON lines
-                from ..training.prediction import TokenLogprobWriter
-
-                if not any(isinstance(c, TokenLogprobWriter) for c in callbacks):
-                    output = self._get(self.config_init, "predict_output", default=None)
-                    kwargs["callbacks"] = [*callbacks, TokenLogprobWriter(output)]
-            _early_stopping_after_validation(callbacks)
-            return super().instantiate_trainer(**kwargs)
-
-    if task_mode:
-        from ..tasks.data import SequenceDataModule
-        from ..tasks.modules import _RecurrentSequenceModule
-
-        return DSFCLI(
-            _RecurrentSequenceModule,
-            SequenceDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            args=list(argv),
-            run=run,
-            seed_everything_default=0,
-            trainer_defaults={"use_distributed_sampler": False},  # the task DataModules split batches per rank
-            save_config_kwargs={"overwrite": True},
-        )
-    return DSFCLI(
-        LanguageModelModule,
-        LanguageModelDataModule,
-        args=list(argv),
-        run=run,
-        seed_everything_default=0,
-        trainer_defaults={"use_distributed_sampler": False},
-        save_config_kwargs={"overwrite": True},
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dsf ARGS``: the exit code of the command (see :mod:`.errors`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
-        from ..training.recipe_guard import UnsafeRecipeError
-        from ..model import ModelConfigError
-        from ..training.checkpoint_io import NonFiniteCheckpointError
-        from ..training.guards import NonFiniteError
-        from ..training.resume import ResumeMismatchError
+        from .lightning import run
 
-        try:
-            lightning_cli(argv)
-        except (UnsafeRecipeError, ResumeMismatchError, ModelConfigError, LoggerPackageError) as err:
-            print(f"dsf {argv[0]}: error: {err}", file=sys.stderr)
-            return 2
-        except (NonFiniteError, NonFiniteCheckpointError) as err:  # the run diverged
-            print(f"dsf {argv[0]}: error: {err}", file=sys.stderr)
-            return 1
-        return 0
+        return run(argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # only `dsf reproduce` passes unknown options on (to the LightningCLI of every row)
@@ -490,7 +84,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*getattr(args, "overrides", []), *extra]
     return args.handler(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .._cli_errors import EXIT_ERROR, is_expected, one_line, standalone_main
-from ._common import AnalysisError, describe_model, load_model
+from .errors import guard, standalone_main
+from ..analysis._common import AnalysisError, describe_model, load_model
 
 DEFAULT_MODEL = "delta-rnn-ptb"
 TOOLS = ("state-delta", "influence", "timescales", "centroids", "trajectories", "complete")
@@ -69,12 +69,11 @@ def _corpus(p: argparse.ArgumentParser) -> None:
                    help="a corpus option (VALUE read as JSON when it parses, else as a string), e.g. path=/data/mytext")
 
 
-def add_analyze_parser(subparsers) -> argparse.ArgumentParser:
+def add_analyze_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """Add ``analyze`` (with one subcommand per tool) to ``subparsers`` (from ``parser.add_subparsers()``)."""
     p = subparsers.add_parser(
         "analyze",
-        help="analysis plots: state deltas, RAN influence, IRLM timescales, sr-RNN centroids, trajectories, "
-        "sentence completion",
+        help=help,
         description="Analysis tools of the papers; each writes PNG plots and JSON / CSV data to --out.",
     )
     tools = p.add_subparsers(dest="tool", required=True, metavar="TOOL")
@@ -153,16 +152,8 @@ def add_analyze_parser(subparsers) -> argparse.ArgumentParser:
 
 # ------------------------------------------------------------------------------------------- plumbing
 def _guard(run):
-    def handler(args: argparse.Namespace) -> int:
-        try:
-            return run(args)
-        except Exception as err:  # noqa: BLE001 - expected errors become one line, bugs keep their traceback
-            if not is_expected(err, AnalysisError):
-                raise
-            print(f"dsf analyze {args.tool}: error: {one_line(err)}", file=sys.stderr)
-            return EXIT_ERROR
-
-    return handler
+    """The one error policy (:mod:`.errors`), the tool named: ``dsf analyze TOOL: error: ...``."""
+    return guard(lambda args: f"analyze {args.tool}", AnalysisError)(run)
 
 
 def _out(args) -> Path:
@@ -232,7 +223,7 @@ def _model_or_fresh(args, cell: str, cell_options: dict | None = None):
     if args.model:
         pretrained = load_model(args.model, data_root=args.data_root)
         return pretrained, describe_model(pretrained, str(args.model))
-    from .fresh import train_small_lm
+    from ..analysis.fresh import train_small_lm
 
     print(f"no --model given: training a small {cell} language model on {args.corpus} for {args.train_steps} steps ...",
           file=sys.stderr)
@@ -250,8 +241,8 @@ def _model_or_fresh(args, cell: str, cell_options: dict | None = None):
 
 # ------------------------------------------------------------------------------------------- tools
 def _state_delta(args) -> int:
-    from .plots import plot_state_deltas
-    from .state_delta import state_deltas
+    from ..analysis.plots import plot_state_deltas
+    from ..analysis.state_delta import state_deltas
 
     texts = _check_texts(args.text)
     pretrained = load_model(args.model, data_root=args.data_root)
@@ -272,8 +263,8 @@ def _state_delta(args) -> int:
 
 
 def _influence(args) -> int:
-    from .influence import ran_influence
-    from .plots import plot_influence
+    from ..analysis.influence import ran_influence
+    from ..analysis.plots import plot_influence
 
     texts = _check_texts(args.text)
     pretrained, model = _model_or_fresh(args, getattr(args, "cell", "ran"))
@@ -290,8 +281,8 @@ def _influence(args) -> int:
 
 
 def _timescales(args) -> int:
-    from .plots import plot_timescales
-    from .timescales import irlm_timescales
+    from ..analysis.plots import plot_timescales
+    from ..analysis.timescales import irlm_timescales
 
     options = None
     if not args.model:
@@ -315,8 +306,8 @@ def _timescales(args) -> int:
 
 
 def _centroids(args) -> int:
-    from .centroids import centroid_statistics, classifier_transition_traces, lm_transition_traces
-    from .plots import plot_centroids, plot_symbol_transitions
+    from ..analysis.centroids import centroid_statistics, classifier_transition_traces, lm_transition_traces
+    from ..analysis.plots import plot_centroids, plot_symbol_transitions
 
     if args.top < 1 or args.min_count < 1:
         raise AnalysisError("--top and --min-count must be positive")
@@ -339,7 +330,7 @@ def _centroids(args) -> int:
         if args.text or args.file:
             raise AnalysisError("--text / --file are for an sr language model given with --model; "
                                 "without --model an sr-GRU is trained on a Tomita grammar and its training strings are used")
-        from .fresh import train_tomita_sr
+        from ..analysis.fresh import train_tomita_sr
 
         print(f"no --model given: training an sr-GRU on Tomita grammar {args.grammar} for {args.train_steps} steps ...",
               file=sys.stderr)
@@ -368,8 +359,8 @@ def _centroids(args) -> int:
 
 
 def _trajectories(args) -> int:
-    from .plots import plot_trajectories, plot_trajectory_heatmap
-    from .trajectories import state_trajectories
+    from ..analysis.plots import plot_trajectories, plot_trajectory_heatmap
+    from ..analysis.trajectories import state_trajectories
 
     texts = _check_texts(args.text)
     if args.max_units < 1:
@@ -394,8 +385,8 @@ def _trajectories(args) -> int:
 
 
 def _complete(args) -> int:
-    from .plots import plot_completion
-    from .sentence_completion import complete_questions, load_questions
+    from ..analysis.plots import plot_completion
+    from ..analysis.sentence_completion import complete_questions, load_questions
 
     if args.batch_size < 1:
         raise AnalysisError("--batch-size must be positive")
@@ -424,7 +415,7 @@ def _complete(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dsf_lightning.analysis.command TOOL ...`` (the same as ``dsf analyze TOOL ...``)."""
+    """``python -m dsf_lightning.cli.analyze TOOL ...`` (the same as ``dsf analyze TOOL ...``)."""
     return standalone_main("analyze", add_analyze_parser, argv)
 
 

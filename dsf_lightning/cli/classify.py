@@ -21,19 +21,19 @@ import json
 import sys
 from typing import Sequence, TextIO
 
-from ._cli_errors import report_errors, standalone_main
-from .classification import ClassificationError
-from .score_command import add_model_arguments
+from .errors import report_errors, standalone_main
+from ..classification import ClassificationError
+from .score import add_model_arguments
 
 DEFAULT_MODEL = "sr-lstm-p-imdb"
 TEXT_WIDTH = 60  # characters of each text shown in the table
 
 
-def add_classify_parser(subparsers) -> argparse.ArgumentParser:
+def add_classify_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """Add the ``classify`` subcommand to ``subparsers`` (from ``parser.add_subparsers()``)."""
     p = subparsers.add_parser(
         "classify",
-        help="classify texts with a pretrained text classifier (label and probabilities)",
+        help=help,
         description="Classify texts with a pretrained text classifier (e.g. the sr-LSTM-p IMDB sentiment model): "
         "for each text the most probable label and the probability of every label. Each TEXT is one text; "
         "--file reads one text per line (--whole-file: the file is one text; '-': stdin).",
@@ -76,7 +76,7 @@ def _read_texts(args: argparse.Namespace) -> list[str]:
 
 
 def _classify(args: argparse.Namespace, out: TextIO) -> int:
-    from .classification import TextClassifier
+    from ..classification import TextClassifier
 
     texts = _read_texts(args)
     options = {} if args.max_length is None else {"max_length": args.max_length}
@@ -109,7 +109,7 @@ def _table(results, labels: Sequence[str], out: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dsf_lightning.classify_command ...`` (the same as ``dsf classify ...``)."""
+    """``python -m dsf_lightning.cli.classify ...`` (the same as ``dsf classify ...``)."""
     return standalone_main("classify", add_classify_parser, argv)
 
 

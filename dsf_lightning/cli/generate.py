@@ -21,16 +21,16 @@ import json
 import sys
 from typing import Sequence, TextIO
 
-from . import scoring
-from ._cli_errors import report_errors, standalone_main
-from .score_command import add_model_arguments
-from .scoring import ScoringError
+from .. import scoring
+from .errors import report_errors, standalone_main
+from .score import add_model_arguments
+from ..scoring import ScoringError
 
-def add_generate_parser(subparsers) -> argparse.ArgumentParser:
+def add_generate_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """Add the ``generate`` subcommand to ``subparsers`` (from ``parser.add_subparsers()``)."""
     p = subparsers.add_parser(
         "generate",
-        help="generate text with a pretrained model (streamed token by token)",
+        help=help,
         description="Generate text after PROMPT with a pretrained language model: the prompt is read once "
         "and the recurrent state carried, one step per new token. An empty PROMPT starts a sentence (after "
         "the model's <eos>).",
@@ -59,7 +59,7 @@ def generate_command(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace, out: TextIO) -> int:
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, num_samples=args.num_samples, ban_unk=args.ban_unk)
-    from .scoring.generation import check_options
+    from ..scoring.generation import check_options
 
     check_options(**options)  # before the model is loaded
     extra = {} if args.normalize is None else {"normalize": args.normalize}  # the scorer's prompt encoding
@@ -89,7 +89,7 @@ def _generate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dsf_lightning.generate_command ...`` (the same as ``dsf generate ...``)."""
+    """``python -m dsf_lightning.cli.generate ...`` (the same as ``dsf generate ...``)."""
     return standalone_main("generate", add_generate_parser, argv)
 
 

@@ -1,71 +1,21 @@
 """``dsf export`` (a pretrained folder of a language model or a text classifier, or ``--format onnx``), ``dsf push``
 and ``dsf list models``: argparse parts the ``dsf`` CLI registers.
 
-Each ``add_*_parser(subparsers)`` adds one subcommand with ``set_defaults(handler=...)``; handlers
-return an exit code (0 ok, 1 failed) and report failures as ``error: ...`` on stderr, without a
-traceback.
+Each ``add_*_parser(subparsers)`` adds one subcommand with ``set_defaults(handler=...)``; handlers return
+an exit code and report the user's errors as one line on stderr (:mod:`dsf_lightning.cli.errors`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..hub.card import ModelCardError
 from ..auto import list_models
 from ..export.language_model import export_checkpoint
-from ..hub._folder import STORAGE_DTYPES, PretrainedFormatError
-from ..hub.registry import ModelDownloadError, UnknownModelError
-
-
-def _errors() -> tuple[type[BaseException], ...]:
-    from ..data.corpora import CorpusError
-
-    errors: list[type[BaseException]] = [
-        PretrainedFormatError, UnknownModelError, ModelDownloadError, ModelCardError, CorpusError, ValueError, OSError,
-    ]
-    try:
-        from huggingface_hub.errors import HfHubHTTPError
-
-        errors.insert(0, HfHubHTTPError)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(errors)
-
-
-def _report(err: BaseException) -> int:
-    lines = str(err).strip().splitlines() or [type(err).__name__]
-    print(f"error: {lines[0]}", file=sys.stderr)
-    if not _is_http_error(err):  # the Hub's extra lines are request ids; a corpus' are the missing files
-        for line in lines[1:]:
-            print(f"  {line}", file=sys.stderr)
-    return 1
-
-
-def _is_http_error(err: BaseException) -> bool:
-    try:
-        from huggingface_hub.errors import HfHubHTTPError
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(err, HfHubHTTPError)
-
-
-def _guard(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def handler(args: argparse.Namespace) -> int:
-        try:
-            return run(args)
-        except _errors() as err:
-            return _report(err)
-        except KeyboardInterrupt:
-            print("error: interrupted", file=sys.stderr)
-            return 130
-
-    handler.__name__ = run.__name__
-    handler.__doc__ = run.__doc__
-    return handler
+from ..hub._folder import STORAGE_DTYPES
+from .errors import guard
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -104,7 +54,7 @@ def _key_value(text: str) -> tuple[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ export
-@_guard
+@guard("export")
 def export_command(args: argparse.Namespace) -> int:
     """Turn a Lightning checkpoint into a pretrained model folder (or, ``--format onnx``, a model into an
     ONNX graph). A SequenceClassifier checkpoint gives a text-classifier folder (:mod:`.classifier`)."""
@@ -224,11 +174,11 @@ def _export_onnx(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_export_parser(subparsers) -> argparse.ArgumentParser:
+def add_export_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """``dsf export CHECKPOINT OUTPUT``."""
     parser = subparsers.add_parser(
         "export",
-        help="turn a training checkpoint into a pretrained model folder",
+        help=help,
         description="Read a LanguageModelModule checkpoint safely (weights_only) and write a pretrained folder "
         "(config.json, model.safetensors, vocab.json, dsf_tokenizer.json, tokenizer.json where exact, README.md) atomically. "
         "A SequenceClassifier checkpoint (a task recipe of `dsf fit`) gives a text-classifier folder, its vocabulary, "
@@ -277,7 +227,7 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------------------ push
-@_guard
+@guard("push")
 def push_command(args: argparse.Namespace) -> int:
     """Upload a pretrained folder to the Hub."""
     from ..auto import push_to_hub
@@ -289,11 +239,11 @@ def push_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_push_parser(subparsers) -> argparse.ArgumentParser:
+def add_push_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """``dsf push FOLDER OWNER/NAME``."""
     parser = subparsers.add_parser(
         "push",
-        help="upload a pretrained model folder to the Hugging Face Hub",
+        help=help,
         description="Validate a pretrained folder (it must load) and upload it with huggingface_hub "
         "(HF_ENDPOINT and HF_TOKEN apply).",
     )
@@ -316,7 +266,7 @@ def _value(metric: str | None, value: float | None) -> str:
     return f"{value:.3f}" if metric and metric.endswith("bpc") else f"{value:.2f}"
 
 
-@_guard
+@guard("list models")
 def list_models_command(args: argparse.Namespace) -> int:
     """Print the published models: name, task, headline metric and value (from the model card), parameters,
     size on disk and where the model comes from (bundled in the package, the Hub cache, or the Hub)."""

@@ -1,57 +1,21 @@
-"""``dsf reproduce TABLE`` and ``dsf list recipes | tables`` (registered by :func:`dsf_lightning.cli.build_parser`)."""
+"""``dsf reproduce TABLE``: a paper's table, row by row, through ``dsf fit`` + test.
+
+The runner (:mod:`dsf_lightning.reproduce.runner`) sits below the CLI: this command hands it the function that
+builds a row's LightningCLI (:func:`.lightning.lightning_cli`) and the child-process entry of a row
+(``python -m dsf_lightning.cli.row``, :mod:`.row`) as arguments."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 
-from .tables import default_recipes_dir
-
-
-def add_list_recipes_parsers(what) -> None:
-    recipes = what.add_parser("recipes", help="the training recipes (recipes/**.yaml) and the result each aims at")
-    recipes.add_argument("--recipes-dir", default=None, help="recipes folder (default: $DSF_RECIPES_DIR or the checkout's)")
-    recipes.add_argument("--details", action="store_true", help="add each recipe's published number")
-    recipes.set_defaults(handler=list_recipes_command)
-    tables = what.add_parser("tables", help="the papers' tables `dsf reproduce` knows")
-    tables.add_argument("--rows", action="store_true", help="list every row too")
-    tables.set_defaults(handler=list_tables_command)
+from .errors import EXIT_FAILURE, UsageError, guard
 
 
-def list_recipes_command(args: argparse.Namespace) -> int:
-    from .tables import list_recipes, recipe_published, recipe_title
-
-    root = Path(args.recipes_dir) if args.recipes_dir else default_recipes_dir()
-    paths = list_recipes(root)
-    if not paths:
-        print(f"no recipes under {root}")
-        return 1
-    width = max(len(str(p)) for p in paths)
-    for rel in paths:
-        extra = recipe_published(root / rel) if args.details else recipe_title(root / rel)
-        print(f"{str(rel).ljust(width)}  {extra}")
-    return 0
-
-
-def list_tables_command(args: argparse.Namespace) -> int:
-    from .tables import list_tables
-
-    tables = list_tables()
-    width = max(len(t.id) for t in tables)
-    for table in tables:
-        print(f"{table.id.ljust(width)}  {len(table.rows):>2} rows  {table.title}")
-        if args.rows:
-            for row in table.rows:
-                what = row.recipe or (f"{row.evaluation} of {row.parent}" if row.evaluation else f"pending: {row.pending}")
-                print(f"{'':{width}}    {row.key}: {row.published} {row.metric}  ({what})")
-    return 0
-
-
-def add_reproduce_parser(commands) -> None:
+def add_reproduce_parser(commands, help: str | None = None) -> None:
     parser = commands.add_parser(
         "reproduce",
-        help="run a paper's table: every row's recipe, fit then test, against the published numbers",
+        help=help,
         description=(
             "Run the rows of TABLE (`dsf list tables`) through `dsf fit` + test and write OUT/TABLE.md and "
             ".csv (published, measured, difference, cost). Re-running skips finished rows and retries failed "
@@ -81,25 +45,25 @@ def add_reproduce_parser(commands) -> None:
     parser.set_defaults(handler=reproduce_command, passes_overrides=True, overrides=[])
 
 
+@guard("reproduce")
 def reproduce_command(args: argparse.Namespace) -> int:
-    from .runner import run_table
+    from ..reproduce.runner import run_table
+    from .lightning import lightning_cli
+    from .row import CHILD_ENTRY
 
     bad = [a for a in args.overrides if a.startswith("-") and not a.startswith(("--trainer.", "--model.", "--data.", "--seed_everything"))]
     if bad:
-        raise SystemExit(f"dsf reproduce: unrecognized arguments: {' '.join(bad)} "
+        raise UsageError(f"unrecognized arguments: {' '.join(bad)} "
                          "(only --trainer.*, --model.*, --data.* and --seed_everything go to the rows)")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
     if args.report_only:
-        from .runner import report_table
+        from ..reproduce.runner import report_table
 
-        try:
-            md, csv_path = report_table(args.table, out=args.out, scale=args.scale)
-        except FileNotFoundError as err:
-            raise SystemExit(f"dsf reproduce: {err}") from None
+        md, csv_path = report_table(args.table, out=args.out, scale=args.scale)  # no state yet: exit 2, one line
         print(f"wrote {md} and {csv_path}")
         return 0
     if args.jobs < 1 or (args.threads is not None and args.threads < 1):
-        raise SystemExit(f"dsf reproduce: --jobs and --threads must be 1 or more, got {args.jobs} and {args.threads}")
+        raise UsageError(f"--jobs and --threads must be 1 or more, got {args.jobs} and {args.threads}")
     command = shlex.join(["dsf", "reproduce", args.table, "--scale", args.scale, *(["--rows", args.rows] if args.rows else []),
                           *(["--jobs", str(args.jobs)] if args.jobs != 1 else []),
                           *(["--threads", str(args.threads)] if args.threads else [])])
@@ -107,7 +71,8 @@ def reproduce_command(args: argparse.Namespace) -> int:
     command += " " + shlex.join(["--out", args.out, *args.overrides])
     summary = run_table(args.table, scale=args.scale, data_root=args.data_root, out=args.out, rows=rows,
                         overrides=args.overrides, recipes_dir=args.recipes_dir, isolate=args.isolate,
-                        jobs=args.jobs, threads=args.threads, command=command)
+                        jobs=args.jobs, threads=args.threads, command=command,
+                        build_cli=lightning_cli, child_entry=CHILD_ENTRY)
     counts = ", ".join(f"{len(summary[k])} {k.replace('_', ' ')}" for k in ("ran", "skipped_done", "skipped", "failed", "pending"))
     print(f"{args.table}: {counts}\nwrote {summary['markdown']} and {summary['csv']}")
-    return 1 if summary["failed"] else 0
+    return EXIT_FAILURE if summary["failed"] else 0  # failed rows are recorded; a re-run retries them

@@ -25,10 +25,10 @@ import math
 import sys
 from typing import Sequence, TextIO
 
-from ._cli_errors import report_errors, standalone_main
-from . import scoring
-from .data.normalize import list_normalizers
-from .scoring import LN2, DocumentScore, ScoringError, SentenceScore
+from .errors import report_errors, standalone_main
+from .. import scoring
+from ..data.normalize import list_normalizers
+from ..scoring import LN2, DocumentScore, ScoringError, SentenceScore
 
 DEFAULT_MODEL = "delta-rnn-ptb"
 
@@ -41,11 +41,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 
-def add_score_parser(subparsers) -> argparse.ArgumentParser:
+def add_score_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """Add the ``score`` subcommand to ``subparsers`` (from ``parser.add_subparsers()``)."""
     p = subparsers.add_parser(
         "score",
-        help="score text with a pretrained model (log-probabilities, perplexity, bpc)",
+        help=help,
         description="Score sentences or a document with a pretrained language model. Each TEXT is a "
         "sentence scored from a fresh state (after <eos>); --file streams a whole document with the "
         "state carried across lines. Log-probabilities are natural logs, surprisal is in bits.",
@@ -211,7 +211,7 @@ def _mode(args) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dsf_lightning.score_command ...`` (the same as ``dsf score ...``)."""
+    """``python -m dsf_lightning.cli.score ...`` (the same as ``dsf score ...``)."""
     return standalone_main("score", add_score_parser, argv)
 
 

@@ -1,6 +1,6 @@
 """Train several rows of a table at once (``dsf reproduce TABLE --jobs N``): one child process per row.
 
-Each child runs ``python -m dsf_lightning.reproduce.row`` with ``threads`` torch / OpenMP threads and its
+Each child runs ``python -m ENTRY`` (the CLI's row entry, ``dsf_lightning.cli.row``) with ``threads`` torch / OpenMP threads and its
 output in ``<row folder>/row.log`` (appended across sittings); this process starts the next row when one
 ends, reports each finished epoch from the row's ``progress.json`` and hands every result to ``on_done``.
 Interrupted (Ctrl-C, SIGTERM), it stops its children: their rows stay ``running`` in the state file and the
@@ -23,10 +23,10 @@ from .runner import child_command, read_child_result
 POLL_SECONDS = 2.0
 
 
-def _start(spec: dict) -> tuple[subprocess.Popen, Path, Path]:
+def _start(spec: dict, entry: str) -> tuple[subprocess.Popen, Path, Path]:
     threads = str(spec.get("threads") or 1)
     quiet = dict(spec, args=[*spec["args"], "--trainer.enable_progress_bar=false"])
-    argv, result_file = child_command(quiet)
+    argv, result_file = child_command(quiet, entry)
     log_path = Path(spec["workdir"]) / "row.log"
     env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     with open(log_path, "ab") as log_file:
@@ -38,10 +38,11 @@ def _start(spec: dict) -> tuple[subprocess.Popen, Path, Path]:
 
 def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable, on_done: Callable,
                          log: Callable[[str], None], on_epoch: Callable[[], None] | None = None,
-                         poll_s: float = POLL_SECONDS) -> None:
+                         poll_s: float = POLL_SECONDS, entry: str) -> None:
     """Run ``fits`` (row, entry, spec, run fingerprint) ``jobs`` at a time; ``on_start(row, entry, spec)`` before
     each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process;
-    ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table)."""
+    ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table); ``entry``: the module each
+    child runs with ``python -m`` (the CLI's :mod:`dsf_lightning.cli.row`)."""
     queue = list(fits)
     running: dict[str, dict] = {}
     previous = _stop_on_sigterm()
@@ -52,7 +53,7 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
                 on_start(row, entry, spec)
                 Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
                 known = len(read_progress(Path(spec["workdir"]))["epochs"])  # earlier sittings' epochs are not news
-                child, result_file, log_path = _start(spec)
+                child, result_file, log_path = _start(spec, entry)
                 log(f"{row.key}: started (pid {child.pid}, {spec.get('threads') or 1} thread(s), log {log_path})")
                 running[row.key] = dict(child=child, fit=(row, entry, spec, run_fp), result_file=result_file,
                                         log_path=log_path, started=time.perf_counter(), epochs=known)

@@ -3,7 +3,7 @@
 For every row: check that the corpus files are there (else the row is *skipped* and the files are named),
 build the LightningCLI arguments (the recipe, the row's overrides, the scale's overrides, then the user's
 ``--trainer.*`` / ``--model.*`` / ``--data.*`` overrides, which win), instantiate through
-:func:`dsf_lightning.cli.lightning_cli`, ``fit``, then ``test`` the best checkpoint and read the row's
+the function the CLI hands in (``build_cli``: :func:`dsf_lightning.cli.lightning.lightning_cli`), ``fit``, then ``test`` the best checkpoint and read the row's
 metric. Each row runs in its own folder ``<out>/runs/<table>/<row>/`` (the recipe's relative ``runs/``
 paths land there). Dynamic-evaluation rows evaluate their parent row's best checkpoint.
 
@@ -34,7 +34,8 @@ and ``.csv`` are rewritten from it. A finished row (same recipe, overrides and s
 next run; a failed or interrupted row is retried, resuming from its ``last.ckpt`` when there is one.
 Under several processes (``--trainer.devices 4 --trainer.strategy ddp``, torchrun, SLURM) only global
 rank 0 writes; with Lightning's own launcher (``--trainer.devices N``) every row runs in a child process
-(``python -m dsf_lightning.reproduce.row``) that Lightning can re-launch per device.
+(``child_entry``, handed in by the CLI: ``python -m dsf_lightning.cli.row``) that Lightning can re-launch per
+device.
 """
 
 from __future__ import annotations
@@ -176,9 +177,9 @@ def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
 
 def is_task_recipe(recipe: dict) -> bool:
     """Whether a loaded recipe names its model or data by ``class_path`` (an sr-RNN task recipe)."""
-    from ..cli import _names_a_class
+    from ..training.recipe_guard import names_a_class
 
-    return any(_names_a_class(recipe.get(group)) for group in ("model", "data"))
+    return any(names_a_class(recipe.get(group)) for group in ("model", "data"))
 
 
 def _init_args(recipe: dict, group: str) -> dict:
@@ -399,13 +400,15 @@ def fingerprint(table: Table, row: Row, scale: str, recipe_text: str, extra: Seq
 
 
 # =============================================================================================== one row
-def run_row(spec: dict) -> dict:
+def run_row(spec: dict, build_cli: Callable) -> dict:
     """Fit then test one row in this process (``spec``: args, workdir, metric, resume, threads); returns its results.
+
+    ``build_cli(args, run=False)`` builds the row's LightningCLI without running it (the CLI passes
+    :func:`dsf_lightning.cli.lightning.lightning_cli`: the runner sits below the CLI and does not import it).
 
     Writes ``spec["result_file"]`` (rank 0) when given, which is how a child process reports back. Costs are
     counted by :class:`~.progress.RowProgress` over every sitting of the row (``progress.json``).
     """
-    from ..cli import lightning_cli
     from .progress import RowProgress, totals
 
     import torch
@@ -420,7 +423,7 @@ def run_row(spec: dict) -> dict:
     try:
         with warnings.catch_warnings():  # "args given and sys.argv too": intended here
             warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
-            cli = lightning_cli(spec["args"], run=False)
+            cli = build_cli(spec["args"], run=False)
         trainer, model, data = cli.trainer, cli.model, cli.datamodule
         progress = RowProgress(workdir)
         trainer.callbacks.append(progress)
@@ -465,14 +468,15 @@ def run_row(spec: dict) -> dict:
         os.chdir(previous)
 
 
-def child_command(spec: dict) -> tuple[list[str], Path]:
-    """Write the row's spec beside it; return the command that runs it in a child process and its result file."""
+def child_command(spec: dict, entry: str) -> tuple[list[str], Path]:
+    """Write the row's spec beside it; return the command that runs it in a child process (``python -m ENTRY
+    SPEC.json``; the CLI names the entry) and its result file."""
     result_file = Path(spec["workdir"]) / "result.json"
     result_file.unlink(missing_ok=True)
     spec = dict(spec, result_file=str(result_file))
     spec_file = Path(spec["workdir"]) / "row.json"
     write_atomic(spec_file, json.dumps(spec, indent=1))
-    return [sys.executable, "-m", "dsf_lightning.reproduce.row", str(spec_file)], result_file
+    return [sys.executable, "-m", entry, str(spec_file)], result_file
 
 
 def read_child_result(returncode: int, result_file: Path, where: str = "log above") -> dict:
@@ -486,8 +490,8 @@ def read_child_result(returncode: int, result_file: Path, where: str = "log abov
     return json.loads(result_file.read_text())
 
 
-def _run_row_isolated(spec: dict, log: Callable[[str], None]) -> dict:
-    argv, result_file = child_command(spec)
+def _run_row_isolated(spec: dict, log: Callable[[str], None], entry: str) -> dict:
+    argv, result_file = child_command(spec, entry)
     done = subprocess.run(argv, env=dict(os.environ))
     return read_child_result(done.returncode, result_file)
 
@@ -555,12 +559,17 @@ def run_table(
     threads: int | None = None,
     command: str | None = None,
     log: Callable[[str], None] = print,
+    build_cli: Callable | None = None,
+    child_entry: str | None = None,
 ) -> dict:
     """Run (or resume) table ``table_id``; returns ``{"ran": [...], "skipped_done": [...], "skipped": [...],
     "failed": [...], "pending": [...], "markdown": path, "csv": path}`` (row keys).
 
     ``jobs`` > 1 trains that many rows at once, each in a child process with ``threads`` threads (default 1)
     and its log in ``<row folder>/row.log``; ``command`` is the command line recorded in the outputs.
+    ``build_cli`` (rows trained in this process, see :func:`run_row`) and ``child_entry`` (the ``python -m``
+    module of a row's child process) come from the CLI (``dsf reproduce`` passes both); a table with rows to
+    train needs the one its mode uses.
     """
     table = get_table(table_id)
     if scale not in SCALES:
@@ -688,6 +697,10 @@ def run_table(
 
     # 2. train: one row after the other, or `jobs` rows at once in child processes (in the order --rows names them)
     fits.sort(key=lambda fit: wanted.index(fit[0].key))
+    if fits and (child_entry if jobs > 1 or isolate else build_cli) is None:
+        raise TypeError("run_table trains rows through the CLI: pass build_cli=dsf_lightning.cli.lightning.lightning_cli "
+                        "and child_entry='dsf_lightning.cli.row' (what `dsf reproduce` passes)")
+
     def trained(row: Row, entry: dict, spec: dict, run_fp: str, result: dict | None,
                 err: BaseException | None, started: float) -> None:
         try:
@@ -716,14 +729,14 @@ def run_table(
     if jobs > 1:
         from .parallel import run_rows_in_parallel
 
-        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=save,
+        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=save, entry=child_entry,
                              log=lambda msg: log(f"[{table.id}] {msg}"))
     else:
         for row, entry, spec, run_fp in fits:
             starting(row, entry, spec)
             started = time.perf_counter()
             try:
-                result, err = (_run_row_isolated(spec, log) if isolate else run_row(spec)), None
+                result, err = (_run_row_isolated(spec, log, child_entry) if isolate else run_row(spec, build_cli)), None
             except Exception as caught:  # noqa: BLE001 - recorded by `trained`
                 result, err = None, caught
             trained(row, entry, spec, run_fp, result, err, started)

@@ -477,7 +477,7 @@ def _load_yaml(text: str) -> Any:
 
 
 def config_source(value: str) -> tuple[Any, str]:
-    """A ``--config`` (or group config) value as :func:`dsf_lightning.cli.is_task_recipe` reads it to pick
+    """A ``--config`` (or group config) value as :func:`dsf_lightning.cli.lightning.is_task_recipe` reads it to pick
     the recipe form: the parsed file when ``value`` names a regular file (any suffix, as jsonargparse
     reads it), else the value as inline YAML. Only the top-level keys are looked at (no walk)."""
     from pathlib import Path
@@ -489,3 +489,11 @@ def config_source(value: str) -> tuple[Any, str]:
     except (OSError, ValueError):
         pass
     return _load_yaml(value), "inline value"
+
+
+def names_a_class(value) -> bool:
+    """A recipe's ``model:`` / ``data:`` value in subclass form: ``{class_path: ...}`` or a bare class name (how
+    the CLI and ``dsf reproduce`` tell a sequence-task recipe from a language-model one)."""
+    if isinstance(value, dict):
+        return "class_path" in value
+    return isinstance(value, str) and bool(value.strip()) and not value.strip().startswith(("{", "["))

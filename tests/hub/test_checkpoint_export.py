@@ -151,22 +151,22 @@ def test_dsf_export_command(trained, tmp_path, capsys):
 
 
 def test_dsf_export_command_errors_are_one_line(trained, tmp_path, capsys):
-    assert _cli(["export", str(tmp_path / "missing.ckpt"), str(tmp_path / "out")]) == 1
+    assert _cli(["export", str(tmp_path / "missing.ckpt"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "no such checkpoint" in err and "Traceback" not in err and err.count("\n") == 1
-    assert _cli(["export", str(trained["ckpt"]), str(tmp_path / "out")]) == 1
+    assert err.startswith("dsf export: error: ") and "no such checkpoint" in err and "Traceback" not in err and err.count("\n") == 1
+    assert _cli(["export", str(trained["ckpt"]), str(tmp_path / "out")]) == 2
     assert "cannot tell which corpus" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def test_dsf_export_card_options_are_checked_before_the_checkpoint_is_read(tmp_path, capsys):
     missing = str(tmp_path / "missing.ckpt")
-    assert _cli(["export", missing, str(tmp_path / "out"), "--eval-results", '{"metric": "ppl"}']) == 1
-    assert capsys.readouterr().err == "error: --eval-results must be a JSON list of results\n"
-    assert _cli(["export", missing, str(tmp_path / "out"), "--info", "[1]"]) == 1
-    assert capsys.readouterr().err == "error: --info must be a JSON object\n"
-    assert _cli(["export", missing, str(tmp_path / "out"), "--card-extra", "{not json"]) == 1
-    assert capsys.readouterr().err.startswith("error: --card-extra: not JSON and not a JSON file")
+    assert _cli(["export", missing, str(tmp_path / "out"), "--eval-results", '{"metric": "ppl"}']) == 2
+    assert capsys.readouterr().err == "dsf export: error: --eval-results must be a JSON list of results\n"
+    assert _cli(["export", missing, str(tmp_path / "out"), "--info", "[1]"]) == 2
+    assert capsys.readouterr().err == "dsf export: error: --info must be a JSON object\n"
+    assert _cli(["export", missing, str(tmp_path / "out"), "--card-extra", "{not json"]) == 2
+    assert capsys.readouterr().err.startswith("dsf export: error: --card-extra: not JSON and not a JSON file")
 
 
 def test_export_evaluates_the_stored_weights_on_the_split_files(trained, tmp_path):

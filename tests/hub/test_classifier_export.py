@@ -161,7 +161,7 @@ def test_without_the_training_config_the_recipe_can_be_named(trained, tmp_path, 
     alone = tmp_path / "alone" / "model.ckpt"
     alone.parent.mkdir()
     shutil.copy(trained["ckpt"], alone)
-    assert main(["export", str(alone), str(tmp_path / "x")]) == 1
+    assert main(["export", str(alone), str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "cannot tell which data" in err and "--recipe" in err
     assert main(["export", str(alone), str(tmp_path / "y"), "--recipe", str(trained["recipe"])]) == 0
@@ -174,15 +174,15 @@ def test_a_recipe_that_builds_another_vocabulary_is_refused(trained, tmp_path, c
     other.write_text(trained["recipe"].read_text().replace("max_vocab: 30", "max_vocab: 12"))
     alone = tmp_path / "model.ckpt"
     shutil.copy(trained["ckpt"], alone)
-    assert main(["export", str(alone), str(tmp_path / "z"), "--recipe", str(other)]) == 1
+    assert main(["export", str(alone), str(tmp_path / "z"), "--recipe", str(other)]) == 2
     err = capsys.readouterr().err
     assert "vocab_size=" in err and "wrong recipe" in err
 
 
 def test_language_model_options_are_refused_for_a_classifier(trained, tmp_path, capsys):
-    assert main(["export", str(trained["ckpt"]), str(tmp_path / "w"), "--corpus", "ptb"]) == 1
+    assert main(["export", str(trained["ckpt"]), str(tmp_path / "w"), "--corpus", "ptb"]) == 2
     assert "--corpus" in capsys.readouterr().err
-    assert main(["export", str(trained["ckpt"]), str(tmp_path / "w.onnx"), "--format", "onnx"]) == 1
+    assert main(["export", str(trained["ckpt"]), str(tmp_path / "w.onnx"), "--format", "onnx"]) == 2
     assert "exports language models only" in capsys.readouterr().err
     from dsf_lightning.hub._folder import CheckpointError
     from dsf_lightning.export.language_model import pretrained_from_checkpoint
@@ -198,7 +198,7 @@ def test_a_recipe_naming_a_class_outside_the_task_datamodules_is_refused(trained
           class_path: subprocess.Popen
           init_args: {args: [touch, owned]}
     """))
-    assert main(["export", str(trained["ckpt"]), str(tmp_path / "v"), "--recipe", str(bad)]) == 1
+    assert main(["export", str(trained["ckpt"]), str(tmp_path / "v"), "--recipe", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "subprocess.Popen" in err and "IMDBSentimentDataModule" in err
     assert not (tmp_path / "owned").exists()

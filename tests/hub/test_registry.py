@@ -109,4 +109,4 @@ def test_push_refuses_a_broken_folder_before_any_network(tmp_path, capsys):
     (folder / "model.safetensors").unlink()
     code = push_command(argparse.Namespace(folder=str(folder), repo_id="owner/m", revision="main", token=None, private=False, message="x"))
     err = capsys.readouterr().err
-    assert code == 1 and err.startswith("error: ") and "model.safetensors: missing file" in err and "Traceback" not in err
+    assert code == 2 and err.startswith("dsf push: error: ") and "model.safetensors: missing file" in err and "Traceback" not in err
