@@ -27,6 +27,7 @@ import abc
 import functools
 import inspect
 import math
+from fractions import Fraction
 from functools import partial
 from itertools import repeat
 from typing import ClassVar
@@ -150,10 +151,11 @@ class RecurrentCell(nn.Module, abc.ABC):
     #: readable names of the state tensors, one per entry of ``state_sizes`` (``("s", "h")`` for the
     #: SCRN); the analysis tools label states with them. A wrapper may make it a property.
     state_names: ClassVar[tuple[str, ...]] = ("h",)
-    #: constructor options that scale with the model's size, as ``{option: fraction of hidden_size}``
-    #: (the SCRN's ``context_size`` d_s is 40 / 300 of d_h in its paper's models): a reduced
-    #: reproduction (tiny / small scale) scales them with the hidden size
-    size_options: ClassVar[dict[str, float]] = {}
+    #: constructor options that set how big the model is, ``{option: part of hidden_size or None}``: a
+    #: ``Fraction`` for a part of the hidden size (the SCRN's ``context_size``, about d_h / 6 in its
+    #: paper's models), ``None`` for a size of its own (the sr-RNN's ``k`` centroids). A reduced
+    #: reproduction (``dsf reproduce --scale tiny / small``) shrinks them with the hidden size.
+    size_options: ClassVar[dict[str, Fraction | None]] = {}
     #: constructor options that only regularize (no parameter depends on them): fine-tuning may change
     #: them; every other option is architecture and must match the pretrained model
     regularization_options: ClassVar[frozenset[str]] = frozenset()

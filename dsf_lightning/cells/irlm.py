@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -113,7 +114,7 @@ class IRLMCell(RecurrentCell):
     implementation: str = "fast"
     R_PARAMETRIZATIONS = ("sigmoid", "direct")
     #: long-context units scale with the model: 384 of 512 units in sec. 5.3
-    size_options = {"long_context_units": 3 / 4}
+    size_options = {"long_context_units": Fraction(3, 4)}
     jacobian_form = "constant"  # diag(r): jacobian_norm
     #: no recurrent weight matrix, so no variational dropout (module docstring)
     recurrent_dropout = False

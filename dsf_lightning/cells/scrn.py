@@ -31,6 +31,7 @@ never masked (a mask on it is an error).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -88,7 +89,7 @@ class SCRNCell(RecurrentCell):
                 "Model.* 2018.")
     equations, family, state_names = "SCRN paper eqs 1-2, 7", "scrn", ("s", "h")
     #: d_s scales with the model: 40 of d_h = 300 in Table 1, 120 of 750 in the medium models (about d_h / 6)
-    size_options = {"context_size": 1 / 6}
+    size_options = {"context_size": Fraction(1, 6)}
     jacobian_form = "step"  # the closed form of sec. 7 (jacobian_norm)
     recurrent_state_index = 1  # variational dropout masks h, never the context s (SCRN eq. 9)
     #: "fast" (scan of eq. 1 + fused loop of eq. 2) or "reference" (step loop); see the module docstring

@@ -111,6 +111,7 @@ class StateRegularizedCell(SequenceLoopCell):
     """
 
     citation, equations, family = SR_CITATION, "sr-RNN paper eqs 1-6", "sr"
+    size_options = {"k": None}  # k centroids of d units each: a size of its own (2 to 1000 in Table 2)
 
     @property
     def state_names(self) -> tuple[str, ...]:  # the wrapper keeps the wrapped cell's state tuple

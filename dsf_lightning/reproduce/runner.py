@@ -10,7 +10,8 @@ paths land there). Dynamic-evaluation rows evaluate their parent row's best chec
 Scales (``--scale``):
 
 * ``tiny``: a CPU smoke run of the whole pipeline: every layer 16 units (embeddings 16, one-hot input
-  kept, a parameter budget dropped, SCRN context 4, sr-RNN k 4), batch 4 streams of 16 tokens, eval
+  kept, a parameter budget dropped, the options a cell declares in ``size_options``: SCRN context 4,
+  sr-RNN k 4), batch 4 streams of 16 tokens, eval
   batch 2, 1 epoch of 6 training / 2 validation / 2 test batches, dynamic evaluation on 400 tokens.
   The numbers mean nothing; the table, the files and the costs are real.
 * ``small``: a few CPU hours per table: every size capped at 256 (embedding 256, SCRN context 1/6 of
@@ -58,6 +59,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from .._fs import write_atomic
+from ..cells import UnknownCellError, get_cell
 from .report import (STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, row_folder,
                      write_outputs)
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
@@ -123,6 +125,23 @@ def _cap(value: int, cap: int) -> int:
     return min(int(value), cap)
 
 
+def _scale_cell_options(cell: Any, options: dict, hidden: int, *, tiny: bool, reduced: bool) -> None:
+    """Shrink, in place, the options the cell declares in ``size_options`` for a model of ``hidden`` units:
+    a part of the hidden size stays that part of it (at least ``TINY["context"]``, never more than given);
+    a size of its own (the sr-RNN's ``k``) becomes ``TINY["k"]`` or is capped at ``SMALL["max_k"]``."""
+    try:
+        declared = get_cell(cell).size_options if isinstance(cell, str) else {}
+    except UnknownCellError:  # the CLI reports it when the row runs
+        declared = {}
+    for name, part in declared.items():
+        if name not in options:
+            continue
+        if part is None:
+            options[name] = TINY["k"] if tiny else _cap(options[name], SMALL["max_k"])
+        elif tiny or reduced:
+            options[name] = min(int(options[name]), max(TINY["context"], int(part * hidden)))
+
+
 def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
     """``{"model.hidden_sizes": [...], ...}``: how ``scale`` changes a recipe (empty for ``paper``)."""
     if scale not in SCALES:
@@ -143,12 +162,7 @@ def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
             out["model.embedding_size"] = TINY["embedding"]
         if model.get("parameter_budget") is not None:
             out["model.parameter_budget"] = None
-        if "context_size" in options:
-            options["context_size"] = TINY["context"]
-        if "k" in options:
-            options["k"] = TINY["k"]
-        if "long_context_units" in options:
-            options["long_context_units"] = min(int(options["long_context_units"]), TINY["hidden"] // 2)
+        _scale_cell_options(model.get("cell"), options, TINY["hidden"], tiny=True, reduced=True)
         if model.get("sampled_loss"):
             out["model.sampled_loss_samples"] = 8
         out.update({
@@ -161,12 +175,7 @@ def scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
             out["model.hidden_sizes"] = capped
         if emb not in (None, 0) and emb > SMALL["max_embedding"]:
             out["model.embedding_size"] = SMALL["max_embedding"]
-        if "context_size" in options and capped != sizes:
-            options["context_size"] = min(int(options["context_size"]), max(4, min(capped) // 6))
-        if "k" in options:
-            options["k"] = _cap(options["k"], SMALL["max_k"])
-        if "long_context_units" in options:
-            options["long_context_units"] = min(int(options["long_context_units"]), (3 * min(capped)) // 4)
+        _scale_cell_options(model.get("cell"), options, min(capped), tiny=False, reduced=capped != sizes)
         out["trainer.max_epochs"] = min(int(recipe["trainer"].get("max_epochs") or SMALL["max_epochs"]), SMALL["max_epochs"])
         out["trainer.max_time"] = SMALL["max_time"]
     if options != dict(model.get("cell_options") or {}):
@@ -245,8 +254,7 @@ def task_scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
         out["model.init_args.hidden_size"] = TINY["hidden"]
         if model.get("embedding_size") is not None:
             out["model.init_args.embedding_size"] = TINY["embedding"]
-        if "k" in options:
-            options["k"] = TINY["k"]
+        _scale_cell_options(model.get("cell"), options, TINY["hidden"], tiny=True, reduced=True)
         out.update(TINY_TRAINER)
     else:  # small
         hidden = int(model.get("hidden_size", 32))
@@ -255,8 +263,8 @@ def task_scale_overrides(recipe: dict, scale: str) -> dict[str, Any]:
         emb = model.get("embedding_size")
         if emb is not None and int(emb) > SMALL["max_embedding"]:
             out["model.init_args.embedding_size"] = SMALL["max_embedding"]
-        if "k" in options:
-            options["k"] = _cap(options["k"], SMALL["max_k"])
+        _scale_cell_options(model.get("cell"), options, min(hidden, SMALL["max_hidden"]), tiny=False,
+                            reduced=hidden > SMALL["max_hidden"])
         cap = TASK_SMALL_EPOCHS.get(data_class, SMALL["max_epochs"])
         out["trainer.max_epochs"] = min(int(recipe["trainer"].get("max_epochs") or cap), cap)
         out["trainer.max_time"] = SMALL["max_time"]
@@ -729,7 +737,7 @@ def run_table(
     if jobs > 1:
         from .parallel import run_rows_in_parallel
 
-        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=save, entry=child_entry,
+        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=save, child_entry=child_entry,
                              log=lambda msg: log(f"[{table.id}] {msg}"))
     else:
         for row, entry, spec, run_fp in fits:
