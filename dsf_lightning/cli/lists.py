@@ -97,7 +97,7 @@ def list_tasks_command(args: argparse.Namespace) -> int:
 
 @guard("list recipes")
 def list_recipes_command(args: argparse.Namespace) -> int:
-    from ..reproduce.tables import list_recipes, recipe_published, recipe_title
+    from ..reproduce.tables import default_recipes_dir, list_recipes, recipe_published, recipe_title
 
     root = Path(args.recipes_dir) if args.recipes_dir else default_recipes_dir()
     paths = list_recipes(root)

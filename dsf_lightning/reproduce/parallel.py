@@ -38,10 +38,10 @@ def _start(spec: dict, entry: str) -> tuple[subprocess.Popen, Path, Path]:
 
 def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable, on_done: Callable,
                          log: Callable[[str], None], on_epoch: Callable[[], None] | None = None,
-                         poll_s: float = POLL_SECONDS, entry: str) -> None:
+                         poll_s: float = POLL_SECONDS, child_entry: str) -> None:
     """Run ``fits`` (row, entry, spec, run fingerprint) ``jobs`` at a time; ``on_start(row, entry, spec)`` before
     each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process;
-    ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table); ``entry``: the module each
+    ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table); ``child_entry``: the module each
     child runs with ``python -m`` (the CLI's :mod:`dsf_lightning.cli.row`)."""
     queue = list(fits)
     running: dict[str, dict] = {}
@@ -53,7 +53,7 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
                 on_start(row, entry, spec)
                 Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
                 known = len(read_progress(Path(spec["workdir"]))["epochs"])  # earlier sittings' epochs are not news
-                child, result_file, log_path = _start(spec, entry)
+                child, result_file, log_path = _start(spec, child_entry)
                 log(f"{row.key}: started (pid {child.pid}, {spec.get('threads') or 1} thread(s), log {log_path})")
                 running[row.key] = dict(child=child, fit=(row, entry, spec, run_fp), result_file=result_file,
                                         log_path=log_path, started=time.perf_counter(), epochs=known)
