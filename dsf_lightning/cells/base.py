@@ -38,6 +38,8 @@ from torch import Tensor, nn
 from ..ops.fast_linear import SequenceLinear, fast_linear
 
 State = tuple[Tensor, ...]
+#: a cell's ``implementation``: its fast whole-sequence path, or the plain step loop it is tested against
+IMPLEMENTATIONS = ("fast", "reference")
 MaybeMasks = "tuple[Tensor | None, ...] | None"
 
 
@@ -214,6 +216,24 @@ class RecurrentCell(nn.Module, abc.ABC):
                 )
         return None if k is None or k >= len(state_masks) else state_masks[k]
 
+    # -- fast and reference paths -----------------------------------------------------------------
+    @property
+    def implementation(self) -> str:
+        """``"fast"`` (default): :meth:`forward` runs the cell's fast whole-sequence path
+        (:meth:`forward_fast`: fused loops, scans, whole-sequence products; where a cell has none it is
+        the reference); ``"reference"``: :meth:`forward` is :meth:`forward_reference`, the step loop of
+        :meth:`recur` under autograd (double backward, forward-mode AD, checking the fast path). Both
+        compute the same function. Set it on any cell, or give it as a cell option
+        (``cell_options: {implementation: reference}``, accepted for every cell by
+        :func:`~dsf_lightning.cells.build_cell`)."""
+        return self._implementation
+
+    @implementation.setter
+    def implementation(self, value: str) -> None:
+        self._implementation = check_choice("implementation", value, IMPLEMENTATIONS)
+
+    _implementation: str = "fast"
+
     def jacobian_norm(self, new_state: State | None = None) -> Tensor:
         """``||d h_t / d h_(t-1)||_F^2`` in closed form, ``h`` the state at ``recurrent_state_index`` and
         every other state tensor held fixed (the Sobolev penalty of the SCRN paper, sec. 7, eq. 10): per
@@ -283,9 +303,19 @@ class RecurrentCell(nn.Module, abc.ABC):
     ) -> tuple[Tensor, State]:
         """A whole sequence: ``x`` ``[B, T, input_size]`` -> (outputs ``[B, T, output_size]``, state).
 
-        ``state_masks`` as in :meth:`step`, the same mask at every time step. Cells with a fast path
-        override this; :meth:`forward_reference` stays the definition they are tested against.
+        ``state_masks`` as in :meth:`step`, the same mask at every time step. :meth:`forward_fast` or
+        :meth:`forward_reference`, as :attr:`implementation` says.
         """
+        if self._implementation == "reference":
+            return self.forward_reference(x, state, state_masks)
+        return self.forward_fast(x, state, state_masks)
+
+    def forward_fast(
+        self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
+    ) -> tuple[Tensor, State]:
+        """The fast whole-sequence forward; cells with a fast path override it (falling back to
+        :meth:`forward_reference` where it does not apply), and the reference stays the definition
+        they are tested against."""
         return self.forward_reference(x, state, state_masks)
 
     def forward_reference(
@@ -380,7 +410,7 @@ class SequenceLoopCell(RecurrentCell):
         """Whether :meth:`forward` may run the loop with sequence products (wrappers ask their base)."""
         return True
 
-    def forward(
+    def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
         """:meth:`forward_reference`'s loop, with the recurrent products of the whole sequence."""

@@ -45,7 +45,6 @@ from .registry import register_cell
 
 INNER_FORMS = ("elman", "second-order", "general")
 GATE_FORMS = ("data", "fixed")
-IMPLEMENTATIONS = ("fast", "reference")
 DSF_CITATION = (
     "Alexander G. Ororbia II, Tomas Mikolov, David Reitter. *Learning Simpler Language Models with the "
     "Differential State Framework.* Neural Computation, 2017."
@@ -128,7 +127,7 @@ class DeltaRNNCell(RecurrentCell):
         implementation: str = "fast",
     ) -> None:
         super().__init__(input_size, hidden_size)
-        self.implementation = check_choice("implementation", implementation, IMPLEMENTATIONS)
+        self.implementation = implementation  # checked by RecurrentCell.implementation
         self.dropout, self.dropout_scaling = check_eq12_options(dropout, dropout_scaling)
         self.inner = check_choice("inner", inner, INNER_FORMS)
         self.gate = check_choice("gate", gate, GATE_FORMS)
@@ -184,10 +183,10 @@ class DeltaRNNCell(RecurrentCell):
         return h, (h,)
 
     # -- whole sequences ------------------------------------------------------------------------
-    def forward(
+    def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
-        if self.implementation == "reference" or x.dim() != 3 or x.shape[1] == 0:
+        if x.dim() != 3 or x.shape[1] == 0:
             return self.forward_reference(x, state, state_masks)
         if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # no jvp rule in the fast path
             return self.forward_reference(x, state, state_masks)

@@ -104,14 +104,12 @@ class IRLMCell(RecurrentCell):
     Parameters: ``W`` [H, I] (the encoding matrix), ``rho`` [H] (self-connections before squashing):
     ``H I + H``.
 
-    ``implementation`` (an attribute, not an option): ``"fast"`` runs :meth:`forward` as one product and
-    one :func:`~dsf_lightning.ops.scan.linear_recurrence`; ``"reference"`` as the step loop.
+    ``implementation`` (every cell's, :attr:`RecurrentCell.implementation`): ``"fast"`` runs :meth:`forward` as
+    one product and one :func:`~dsf_lightning.ops.scan.linear_recurrence`; ``"reference"`` as the step loop.
     """
 
     citation, equations, family, state_names = IRLM_CITATION, "IRLM paper sec. 3", "irlm", ("x",)
 
-    #: "fast" (matmul + linear_recurrence) or "reference" (step loop); see the module docstring
-    implementation: str = "fast"
     R_PARAMETRIZATIONS = ("sigmoid", "direct")
     #: long-context units scale with the model: 384 of 512 units in sec. 5.3
     size_options = {"long_context_units": Fraction(3, 4)}
@@ -221,11 +219,9 @@ class IRLMCell(RecurrentCell):
         x = projected_t + self.r * x_prev  # sec. 3: x_t = W y_t + R x_{t-1}, R diagonal, f = identity
         return x, (x,)
 
-    def forward(
+    def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
-        if self.implementation != "fast":
-            return self.forward_reference(x, state, state_masks)
         self._check_input(x, 3)
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)

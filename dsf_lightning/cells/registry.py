@@ -84,6 +84,9 @@ def get_cell(name: str) -> type[RecurrentCell]:
 
 
 SIZE_ARGUMENTS = ("input_size", "hidden_size")
+#: options every cell takes, whether or not its ``__init__`` names them: :func:`build_cell` sets them as
+#: attributes of the built cell (``implementation``: :attr:`RecurrentCell.implementation`)
+COMMON_OPTIONS = ("implementation",)
 
 
 def cell_options(cls: type[RecurrentCell]) -> list[str] | None:
@@ -95,10 +98,11 @@ def cell_options(cls: type[RecurrentCell]) -> list[str] | None:
         return None
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
-    return [
+    names = [
         p.name for p in params[1:]  # [0] is self
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in SIZE_ARGUMENTS
     ]
+    return names + [n for n in COMMON_OPTIONS if n not in names]
 
 
 def check_cell_options(name: str, cls: type[RecurrentCell], options: dict) -> None:
@@ -142,4 +146,14 @@ def build_cell(name: str, input_size: int, hidden_size: int, /, **options: objec
     """
     cls = get_cell(name)
     check_cell_options(name, cls, options)
-    return cls(input_size, hidden_size, **options)
+    takes = cell_options(cls)
+    common = {k: options.pop(k) for k in COMMON_OPTIONS if k in options and takes is not None
+              and k not in _init_options(cls)}
+    cell = cls(input_size, hidden_size, **options)
+    for key, value in common.items():
+        setattr(cell, key, value)  # checked by the attribute (a CellOptionError naming it)
+    return cell
+
+
+def _init_options(cls: type[RecurrentCell]) -> set[str]:
+    return set(inspect.signature(cls.__init__).parameters)

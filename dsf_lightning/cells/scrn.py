@@ -92,8 +92,6 @@ class SCRNCell(RecurrentCell):
     size_options = {"context_size": Fraction(1, 6)}
     jacobian_form = "step"  # the closed form of sec. 7 (jacobian_norm)
     recurrent_state_index = 1  # variational dropout masks h, never the context s (SCRN eq. 9)
-    #: "fast" (scan of eq. 1 + fused loop of eq. 2) or "reference" (step loop); see the module docstring
-    implementation: str = "fast"
     #: the ``method`` passed to :func:`~dsf_lightning.ops.scan.linear_recurrence` for eq. 1
     scan_method: str = "auto"
 
@@ -192,12 +190,11 @@ class SCRNCell(RecurrentCell):
         v = self.R.pow(2).sum(dim=1)  # [d_h]: squared norms of the weights *into* unit j
         return activation_derivative(self.hidden_activation, h).pow(2) @ v  # [B]
 
-    def forward(
+    def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
         if (
-            self.implementation != "fast"
-            or x.dim() != 3
+            x.dim() != 3
             or x.shape[1] == 0
             or self.hidden_activation not in ACTIVATION_NAMES
             or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0
