@@ -1,7 +1,7 @@
 """Train several rows of a table at once (``dsf reproduce TABLE --jobs N``): one child process per row.
 
-Each child runs ``python -m ENTRY`` (the CLI's row entry, ``dsf_lightning.cli.row``) with ``threads`` torch / OpenMP threads and its
-output in ``<row folder>/row.log`` (appended across sittings); this process starts the next row when one
+Each child runs ``python -m ENTRY`` (the CLI's row entry, ``dsf_lightning.cli.row``) with ``threads`` torch /
+OpenMP threads and its output in ``<row folder>/row.log`` (appended across sittings); this process starts the next row when one
 ends, reports each finished epoch from the row's ``progress.json`` and hands every result to ``on_done``.
 Interrupted (Ctrl-C, SIGTERM), it stops its children: their rows stay ``running`` in the state file and the
 next run resumes them from ``last.ckpt``.

@@ -2,10 +2,11 @@
 
 For every row: check that the corpus files are there (else the row is *skipped* and the files are named),
 build the LightningCLI arguments (the recipe, the row's overrides, the scale's overrides, then the user's
-``--trainer.*`` / ``--model.*`` / ``--data.*`` overrides, which win), instantiate through
-the function the CLI hands in (``build_cli``: :func:`dsf_lightning.cli.lightning.lightning_cli`), ``fit``, then ``test`` the best checkpoint and read the row's
-metric. Each row runs in its own folder ``<out>/runs/<table>/<row>/`` (the recipe's relative ``runs/``
-paths land there). Dynamic-evaluation rows evaluate their parent row's best checkpoint.
+``--trainer.*`` / ``--model.*`` / ``--data.*`` overrides, which win), instantiate through the function the
+CLI hands in (``build_cli``: :func:`dsf_lightning.cli.lightning.lightning_cli`; this module sits below the CLI),
+``fit``, then ``test`` the best checkpoint and read the row's metric. Each row runs in its own folder
+``<out>/runs/<table>/<row>/`` (the recipe's relative ``runs/`` paths land there). Dynamic-evaluation rows
+evaluate their parent row's best checkpoint.
 
 Scales (``--scale``):
 
