@@ -6,10 +6,13 @@
 
 One module per family: :mod:`.delta` (DSF / Delta-RNN), :mod:`.scrn`, :mod:`.ran`, :mod:`.irlm`,
 :mod:`.classic` (Elman, MI-RNN, LSTM, GRU, MGU, smoothed-rectifier RNN) and :mod:`.state_reg`
-(state-regularized wrappers). :mod:`.base` holds the contract, :mod:`.registry` the names.
+(state-regularized wrappers). :mod:`.base` holds the contract (``RecurrentCell``, whose class attributes
+declare everything the package knows about a cell: citation, state names, size options, the Sobolev
+penalty's closed form, ...; and ``SequenceLoopCell``), :mod:`.registry` the names. A new cell is one file
+plus its entry in ``tests/cells/variants.py`` (README, "Add a cell").
 """
 
-from .base import CellOptionError, RecurrentCell, State, UnknownCellOptionError
+from .base import CellOptionError, RecurrentCell, SequenceLoopCell, State, UnknownCellOptionError
 from .registry import (
     DuplicateCellError,
     UnknownCellError,
@@ -26,6 +29,7 @@ __all__ = [
     "CellOptionError",
     "DuplicateCellError",
     "RecurrentCell",
+    "SequenceLoopCell",
     "State",
     "UnknownCellError",
     "UnknownCellOptionError",
