@@ -115,6 +115,14 @@ def test_merge_architecture_keeps_regularization_free():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not PUBLISHED["delta-rnn-ptb"].is_bundled, reason="delta-rnn-ptb is not bundled in this checkout")
+def test_the_fast_or_reference_path_may_be_chosen_when_fine_tuning_any_cell():
+    """``implementation`` picks a code path, not an architecture: fine-tuning may set it for every cell."""
+    for cell, options in (("scrn", {"context_size": 4}), ("irlm", {}), ("lstm", {}), ("delta-rnn", {})):
+        pretrained = LMConfig(vocab_size=10, cell=cell, hidden_sizes=[8], cell_options=options)
+        _, _, merged, _, _ = merge_architecture(pretrained, {"cell_options": {"implementation": "reference"}}, vocab_size=10)
+        assert merged == {**options, "implementation": "reference"}, cell
+
+
 def test_fine_tuning_the_bundled_delta_rnn_ptb(tmp_path, monkeypatch):
     from dsf_lightning.auto import load
 

@@ -26,6 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..cells import get_cell
+from ..cells.registry import COMMON_OPTIONS
 from ..hub.registry import load_with
 from ..model import LMConfig
 from ..model.pretrained import load_pretrained
@@ -97,7 +98,8 @@ def merge_architecture(
             value, default = _as_list(value), _as_list(default)
         if name == "cell_options":
             value, default, theirs = dict(value or {}), dict(default or {}), dict(theirs or {})
-            free = get_cell(pretrained.cell).regularization_options  # free to change when fine-tuning
+            # free to change when fine-tuning: the cell's regularizers and the fast / reference code path
+            free = {*get_cell(pretrained.cell).regularization_options, *COMMON_OPTIONS}
             architectural = {k: v for k, v in value.items() if k not in free}
             full = {**_cell_defaults(pretrained.cell), **theirs}  # options the pretrained cell ran with
             mismatched = {k: v for k, v in architectural.items() if k not in full or full[k] != v}
