@@ -34,8 +34,7 @@ from typing import Any, Sequence
 
 from .errors import guard, standalone_main
 from ..analysis._common import AnalysisError, describe_model, load_model
-
-DEFAULT_MODEL = "delta-rnn-ptb"
+from .score import DEFAULT_MODEL  # the bundled language model, as for dsf score
 TOOLS = ("state-delta", "influence", "timescales", "centroids", "trajectories", "complete")
 
 
