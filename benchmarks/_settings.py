@@ -60,7 +60,7 @@ class Settings:
     sdoc_long_grid: tuple[tuple[int, int], ...] = ((16, 0), (16, 64), (64, 0), (64, 64))  # wikitext-2 test
 
     @classmethod
-    def for_mode(cls, mode: str, **overrides) -> "Settings":
+    def for_mode(cls, mode: str, **overrides) -> Settings:
         s = cls(mode=mode)
         if mode == "quick":
             s = dataclasses.replace(

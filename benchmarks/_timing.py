@@ -27,8 +27,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,10 +89,10 @@ class Stat:
     def max(self) -> float:
         return max(self.samples)
 
-    def scaled(self, factor: float) -> "Stat":
+    def scaled(self, factor: float) -> Stat:
         return Stat([s * factor for s in self.samples])
 
-    def inverse(self, numerator: float = 1.0) -> "Stat":
+    def inverse(self, numerator: float = 1.0) -> Stat:
         """``numerator / sample`` for every sample (seconds -> rate)."""
         return Stat([numerator / s for s in self.samples])
 

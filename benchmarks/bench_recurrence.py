@@ -210,7 +210,7 @@ def run(settings: Settings) -> PartResult:
         worst = min(targets_rows, key=lambda r: r[2].median)
         best = max(targets_rows, key=lambda r: r[2].median)
         targets.append(Target(
-            f"recurrent matmul achieved / peak, every matmul cell at H >= 512",
+            "recurrent matmul achieved / peak, every matmul cell at H >= 512",
             f"{len(met)}/{len(targets_rows)} (cell, H) pairs meet it; best {best[0]} H={best[1]} "
             f"{best[2].median:.0%}, worst {worst[0]} H={worst[1]} {worst[2].median:.0%}",
             f">= {TARGET:.0%}", len(met) == len(targets_rows)))

@@ -28,7 +28,15 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from benchmarks._settings import Settings  # noqa: E402
 from benchmarks._timing import (  # noqa: E402
-    PROC_STATUS_SNIPPET, PartResult, Row, Stat, Target, fmt_ratio, interleave, md_table, run_fresh,
+    PROC_STATUS_SNIPPET,
+    PartResult,
+    Row,
+    Stat,
+    Target,
+    fmt_ratio,
+    interleave,
+    md_table,
+    run_fresh,
 )
 
 MODEL = "delta-rnn-ptb"

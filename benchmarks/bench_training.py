@@ -68,8 +68,8 @@ def lightning_run(settings: Settings, corpus, totals: list):
 
     import lightning as L
 
-    from dsf_lightning.training.datamodule import LanguageModelDataModule
     from dsf_lightning.training import LanguageModelModule
+    from dsf_lightning.training.datamodule import LanguageModelDataModule
 
     warm, steps = settings.lm_warmup_steps, settings.lm_steps
 

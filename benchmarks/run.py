@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     tuned = keep_freed_memory()
     mode = "quick" if args.quick else "tiny" if args.tiny else "full"
     settings = Settings.for_mode(mode, **({"data_root": args.data_root} if args.data_root else {}))
-    command = "OMP_NUM_THREADS={} python -m benchmarks {}".format(
-        threads, shlex.join(sys.argv[1:] if argv is None else argv)).strip()
+    command = f"OMP_NUM_THREADS={threads} python -m benchmarks {shlex.join(sys.argv[1:] if argv is None else argv)}".strip()
     machine = machine_info()
     machine["allocator"] = ("glibc, large blocks kept for reuse (as dsf training sets it)" if tuned else
                             f"glibc default ({MALLOC_TUNING_ENV}=0 or not glibc)")

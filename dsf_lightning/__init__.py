@@ -15,9 +15,8 @@ parts (Lightning, the hub client) are imported on first use.
 
 from importlib import import_module
 
-from .cells import get_cell, list_cells, register_cell
-
 from ._version import __version__
+from .cells import get_cell, list_cells, register_cell
 
 _LAZY = {
     "from_pretrained": "dsf_lightning.auto",

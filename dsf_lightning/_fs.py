@@ -8,8 +8,9 @@ import re
 import socket
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional, Union
+from typing import BinaryIO
 
 
 def fsync_file(path: Path) -> None:
@@ -83,10 +84,10 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
     return removed
 
 
-Content = Union[bytes, str, Callable[[BinaryIO], None]]
+Content = bytes | str | Callable[[BinaryIO], None]
 
 
-def write_atomic(path: str | os.PathLike, content: Content, *, mode: Optional[int] = None) -> Path:
+def write_atomic(path: str | os.PathLike, content: Content, *, mode: int | None = None) -> Path:
     """Write a file so that readers (and a run resumed after a kill at any instant) see the old file or the
     new one, never half of one: a hidden temporary sibling ``.<name>.tmp-<host>-<pid>-<random>``, fsync,
     ``os.replace``, fsync of the folder. On any error the temporary file is removed and ``path`` is left as

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -112,7 +113,7 @@ class TextClassifier:
         batch_size: int = 32,
         max_length: int | None | str = "folder",
         **unknown,
-    ) -> "TextClassifier":
+    ) -> TextClassifier:
         """Resolve (published name, Hub repo id or local folder), load strictly and wrap a text classifier.
 
         ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``: huggingface_hub's

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsf_lightning.cli import main
 from dsf_lightning.cells import list_cells
+from dsf_lightning.cli import main
 
 
 def test_list_cells_prints_one_name_per_line(capsys):

@@ -9,7 +9,6 @@ variant (``tests/cells/variants.py``) either exports and matches or is refused w
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest

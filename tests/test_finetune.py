@@ -7,13 +7,13 @@ from pathlib import Path
 import lightning as L
 import pytest
 
+from dsf_lightning.auto import PUBLISHED
 from dsf_lightning.cli import lightning_cli
+from dsf_lightning.model import LMConfig
+from dsf_lightning.model.pretrained import Pretrained, save_pretrained
+from dsf_lightning.training import LanguageModelModule
 from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training.finetune import FinetuneConfigError, merge_architecture
-from dsf_lightning.model.pretrained import Pretrained, save_pretrained
-from dsf_lightning.auto import PUBLISHED
-from dsf_lightning.model import LMConfig
-from dsf_lightning.training import LanguageModelModule
 
 VERBS = "sees likes chases finds".split()
 

@@ -18,9 +18,9 @@ from dsf_lightning import from_pretrained
 from dsf_lightning.cli import main
 from dsf_lightning.data.tokenizers import get_tokenizer
 from dsf_lightning.data.vocab import Vocabulary
-from dsf_lightning.scoring.generation import GenerationError, GenerationState
 from dsf_lightning.model import LMConfig, RecurrentLM
 from dsf_lightning.scoring import Scorer
+from dsf_lightning.scoring.generation import GenerationError, GenerationState
 
 PROMPT = "the market"
 

@@ -73,8 +73,8 @@ def tiny_imdb(tmp_path_factory):
 def stand_in_stage1(tmp_path_factory, tiny_folder):
     """A tiny pretrained Delta-RNN folder standing in for a recipe's earlier stage (``model.init_from``)."""
     from dsf_lightning.data.corpora import load_corpus
-    from dsf_lightning.model.pretrained import Pretrained, save_pretrained
     from dsf_lightning.model import LMConfig, RecurrentLM
+    from dsf_lightning.model.pretrained import Pretrained, save_pretrained
 
     corpus = load_corpus("text-folder", data_root=str(tiny_folder), cache=False, unk="<unk>")
     config = LMConfig(vocab_size=len(corpus.vocab), cell="delta-rnn", hidden_sizes=[8], embedding_size=8, tie_weights=True)

@@ -1,24 +1,23 @@
 """``dsf reproduce``: the table registry, a tiny end-to-end run, resuming, missing corpora, parameter budgets."""
 
 import csv
+import functools
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-import functools
-
 from dsf_lightning.cli import lightning_cli, main
 from dsf_lightning.cli.row import CHILD_ENTRY
 from dsf_lightning.model import LMConfig, RecurrentLM, count_parameters
-from dsf_lightning.reproduce import runner
 from dsf_lightning.model.budget import hidden_size_for_budget, lm_parameter_count, resolve_budget
+from dsf_lightning.reproduce import runner
 from dsf_lightning.reproduce.tables import TABLES, default_recipes_dir, get_table, list_recipes
+from dsf_lightning.training import LanguageModelModule
 
 #: the runner sits below the CLI: tests hand it the CLI's row builder and child entry, as `dsf reproduce` does
 run_table = functools.partial(runner.run_table, build_cli=lightning_cli, child_entry=CHILD_ENTRY)
-from dsf_lightning.training import LanguageModelModule
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))

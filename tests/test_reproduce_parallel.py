@@ -1,13 +1,12 @@
 """``dsf reproduce --jobs N``: rows side by side in child processes, costs counted over every sitting."""
 
 import csv
+import functools
 import json
 import os
 from pathlib import Path
 
 import pytest
-
-import functools
 
 from dsf_lightning.cli import lightning_cli, main
 from dsf_lightning.cli.row import CHILD_ENTRY

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from dsf_lightning import scoring
-from dsf_lightning.cli import score as score_command
 from dsf_lightning.cells import get_cell
+from dsf_lightning.cli import score as score_command
 from dsf_lightning.data.tokenizers import WordTokenizer
 from dsf_lightning.data.vocab import Vocabulary
 from dsf_lightning.model import LMConfig, RecurrentLM

@@ -23,8 +23,8 @@ import dsf_lightning
 from dsf_lightning import scoring
 from dsf_lightning.cli import score as score_command
 from dsf_lightning.data.normalize import get_normalizer
-from dsf_lightning.model.pretrained import Pretrained, load_pretrained, save_pretrained
 from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.model.pretrained import Pretrained, load_pretrained, save_pretrained
 from dsf_lightning.scoring import OOV_WARN_RATE, Scorer, ScoringError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,7 +218,7 @@ def write_folder(tmp_path: Path) -> Path:
 def test_text_folder_corpus_normalized(tmp_path):
     from dsf_lightning.data import load_corpus
 
-    folder = write_folder(tmp_path)
+    write_folder(tmp_path)
     corpus = load_corpus("text-folder", data_root=tmp_path, path="mytext", normalize="ptb", cache_dir=tmp_path / "cache")
     expected = "the company 's shares rose N N <eos> investors did n't sell <eos> mr. smith said so <eos>".split()
     assert [corpus.vocab.symbols[i] for i in corpus.splits["train"].tolist()] == expected

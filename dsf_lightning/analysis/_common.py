@@ -10,9 +10,10 @@ sentence is run as ``<eos> w_1 .. w_T`` from the zero state.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -137,9 +138,9 @@ def load_model(spec: str | os.PathLike, *, data_root: str | None = None, revisio
     """A :class:`~dsf_lightning.model.pretrained.Pretrained` from a hub model name, a hub repo id, a local
     pretrained folder or a Lightning ``LanguageModelModule`` checkpoint (``.ckpt``; its corpus is read
     again from ``data_root`` for the vocabulary)."""
+    from ..hub.registry import resolve
     from ..model.pretrained import load_pretrained
     from ..training.read_checkpoint import pretrained_from_checkpoint
-    from ..hub.registry import resolve
 
     text = str(spec)
     path = Path(text).expanduser()

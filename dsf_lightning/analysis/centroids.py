@@ -19,8 +19,9 @@ trained on a Tomita grammar); :func:`centroid_statistics` is the same for both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -55,9 +55,9 @@ def train_small_lm(
     ``info`` says it was freshly trained (steps, seconds, last training loss)."""
     from ..data.corpora import CorpusError, load_corpus
     from ..data.streams import batchify
-    from ..model.pretrained import Pretrained
-    from ..model import LMConfig, RecurrentLM
     from ..data.tokenizers import get_tokenizer
+    from ..model import LMConfig, RecurrentLM
+    from ..model.pretrained import Pretrained
 
     steps = _check_steps(steps)
     try:

@@ -12,6 +12,8 @@ penalty's closed form, ...; and ``SequenceLoopCell``), :mod:`.registry` the name
 plus its entry in ``tests/cells/variants.py`` (README, "Add a cell").
 """
 
+# Importing the family modules registers their cells.
+from . import classic, delta, irlm, ran, scrn, state_reg  # noqa: E402,F401  (order: wrappers last)
 from .base import CellOptionError, RecurrentCell, SequenceLoopCell, State, UnknownCellOptionError
 from .registry import (
     DuplicateCellError,
@@ -21,9 +23,6 @@ from .registry import (
     list_cells,
     register_cell,
 )
-
-# Importing the family modules registers their cells.
-from . import classic, delta, irlm, ran, scrn, state_reg  # noqa: E402,F401  (order: wrappers last)
 
 __all__ = [
     "CellOptionError",

@@ -112,7 +112,7 @@ ACTIVATIONS = {
 }
 
 
-def activation(name: str, option: str) -> "callable":
+def activation(name: str, option: str) -> callable:
     """The element-wise function called ``name`` (identity / tanh / relu / sigmoid)."""
     check_choice(option, name, tuple(ACTIVATIONS))
     return ACTIVATIONS[name]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Callable
 from importlib import metadata
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from .base import RecurrentCell, UnknownCellOptionError
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from importlib import import_module
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 from .lightning import LIGHTNING_COMMANDS, is_task_recipe, lightning_cli  # noqa: F401 - the public names
 

@@ -29,12 +29,14 @@ import csv
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from .errors import guard, standalone_main
 from ..analysis._common import AnalysisError, describe_model, load_model
+from .errors import guard, standalone_main
 from .score import DEFAULT_MODEL  # the bundled language model, as for dsf score
+
 TOOLS = ("state-delta", "influence", "timescales", "centroids", "trajectories", "complete")
 
 

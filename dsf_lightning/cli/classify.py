@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
-from .errors import report_errors, standalone_main
 from ..classification import ClassificationError
+from .errors import report_errors, standalone_main
 from .score import add_model_arguments
 
 DEFAULT_MODEL = "sr-lstm-p-imdb"

@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from .. import scoring
+from ..scoring import ScoringError
 from .errors import report_errors, standalone_main
 from .score import add_model_arguments
-from ..scoring import ScoringError
+
 
 def add_generate_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
     """Add the ``generate`` subcommand to ``subparsers`` (from ``parser.add_subparsers()``)."""

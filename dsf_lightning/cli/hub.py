@@ -93,8 +93,8 @@ _LANGUAGE_MODEL_ONLY = {"corpus": "--corpus", "corpus_option": "--corpus-option"
 def _is_classifier_checkpoint(path: str) -> bool:
     """Whether ``path`` is a checkpoint of a dsf_lightning.tasks module (read weights-only); anything that
     cannot be read is left to the language-model export, which says what is wrong."""
-    from ..training.read_checkpoint import CheckpointError, load_checkpoint as _load_checkpoint
-    from ..training.read_checkpoint import is_classifier_checkpoint
+    from ..training.read_checkpoint import CheckpointError, is_classifier_checkpoint
+    from ..training.read_checkpoint import load_checkpoint as _load_checkpoint
 
     source = Path(path).expanduser()
     if not source.is_file():

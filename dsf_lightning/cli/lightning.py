@@ -13,7 +13,8 @@ or a missing logger package exit 2 with one line; a run that diverged (non-finit
 from __future__ import annotations
 
 import inspect
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from .errors import report_errors
 
@@ -25,7 +26,8 @@ def is_task_recipe(argv: Sequence[str]) -> bool:
     """Whether ``argv`` (its ``--config`` files, ``--model`` / ``--data`` values) names the model or the
     data by ``class_path``: the sequence-task form (``SequenceClassifier`` + a task DataModule) rather
     than the language-model form (plain ``model:`` / ``data:`` keys)."""
-    from ..training.recipe_guard import config_source as _config_source, names_a_class
+    from ..training.recipe_guard import config_source as _config_source
+    from ..training.recipe_guard import names_a_class
 
     args = [str(a) for a in argv]
     for i, arg in enumerate(args):
@@ -223,9 +225,9 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     """
     from lightning.pytorch.cli import LightningCLI
 
-    from ..training.datamodule import LanguageModelDataModule
     from ..training import LanguageModelModule
     from ..training.checkpoint_io import AtomicCheckpointIO
+    from ..training.datamodule import LanguageModelDataModule
     from ..training.guards import check_trainer_counts
     from ..training.recipe_guard import check_checkpoint, check_parsed_config, guarded
 
@@ -262,7 +264,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
                 # the lines go to a file as they are scored (TokenLogprobWriter), not into a list in memory
                 parser.set_defaults({"return_predictions": False})
                 parser.add_argument(
-                    "--predict_output", type=Optional[str], default=None,
+                    "--predict_output", type=Optional[str], default=None,  # noqa: UP045 - a runtime type for jsonargparse
                     help="JSON-lines file for the per-token log-probabilities (default: predictions.jsonl in "
                     "trainer.default_root_dir); ignored when trainer.callbacks has a TokenLogprobWriter",
                 )

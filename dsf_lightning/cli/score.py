@@ -23,12 +23,13 @@ import argparse
 import json
 import math
 import sys
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
-from .errors import report_errors, standalone_main
 from .. import scoring
 from ..data.normalize import list_normalizers
 from ..scoring import LN2, DocumentScore, ScoringError, SentenceScore
+from .errors import report_errors, standalone_main
 
 DEFAULT_MODEL = "delta-rnn-ptb"
 
@@ -166,8 +167,7 @@ def _score_file(scorer, args, out: TextIO) -> None:
     """A document, streamed: with --per-token every token is written as it is scored."""
     on_token = None
     if args.per_token and args.json:
-        out.write('{"source": %s, "model": %s, "normalize": %s, "tokens": ['
-                  % (json.dumps(args.file), json.dumps(args.model), json.dumps(args.normalizer)))
+        out.write(f'{{"source": {json.dumps(args.file)}, "model": {json.dumps(args.model)}, "normalize": {json.dumps(args.normalizer)}, "tokens": [')
         first = [True]
 
         def on_token(token: str, lp: float) -> None:

@@ -42,7 +42,8 @@ from __future__ import annotations
 import abc
 import re
 import unicodedata
-from typing import Callable, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from .tokenizers import SPECIAL as _SPECIAL  # <unk>, <eos>, ...: kept whole, as the tokenizers keep them
 
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 NONE = "none"
-_REGISTRY: dict[str, type["Normalizer"]] = {}
+_REGISTRY: dict[str, type[Normalizer]] = {}
 #: the normalizer that turns raw text into each corpus's form (corpora that are not listed have none)
 CORPUS_NORMALIZERS = {"ptb": "ptb", "ptb-subword": "ptb", "ptb-char": "ptb-char"}
 
@@ -117,7 +118,7 @@ def list_normalizers() -> list[str]:
     return [NONE, *sorted(_REGISTRY)]
 
 
-def get_normalizer(name: "str | Normalizer | None") -> Normalizer | None:
+def get_normalizer(name: str | Normalizer | None) -> Normalizer | None:
     """The normalizer called ``name``; None for ``"none"`` or None (no normalization); a
     :class:`Normalizer` is returned as it is."""
     if name is None or isinstance(name, Normalizer):
@@ -132,7 +133,7 @@ def normalizer_for_corpus(corpus: str) -> str | None:
     return CORPUS_NORMALIZERS.get(corpus)
 
 
-def resolve_normalize(asked: "str | Normalizer | None", own: str | None) -> Normalizer | None:
+def resolve_normalize(asked: str | Normalizer | None, own: str | None) -> Normalizer | None:
     """What to apply: ``asked`` when given (``"none"`` turns normalization off), else ``own`` (the model's)."""
     return get_normalizer(own if asked is None else asked)
 

@@ -10,7 +10,7 @@ see exactly the same data. The loader is resumable: it remembers the next window
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor

@@ -21,8 +21,9 @@ import json
 import logging
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable
 from itertools import chain
-from typing import Callable, ClassVar, Iterable
+from typing import ClassVar
 
 from .._checks import check_bool
 from .._json import JSONLimitError, loads_bounded
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 FORMAT = "dsf_lightning.tokenizer/1"
 SPECIAL = re.compile(r"^<[^<>\s]+>$")  # tokens such as <unk>, kept whole by the subword tokenizer
 
-_REGISTRY: dict[str, type["Tokenizer"]] = {}
+_REGISTRY: dict[str, type[Tokenizer]] = {}
 
 
 class TokenizerError(ValueError):
@@ -67,7 +68,7 @@ def _accepted_options(cls: type) -> list[str] | None:
     return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
 
 
-def get_tokenizer(name: str, **options) -> "Tokenizer":
+def get_tokenizer(name: str, **options) -> Tokenizer:
     """A new tokenizer by registered name (``word``, ``char``, ``subword``) with its options."""
     if not isinstance(name, str):
         raise TokenizerError(
@@ -93,7 +94,7 @@ def get_tokenizer(name: str, **options) -> "Tokenizer":
         raise TokenizerError(f"bad options for tokenizer {name!r}: {err}") from err
 
 
-def tokenizer_from_json(text: str) -> "Tokenizer":
+def tokenizer_from_json(text: str) -> Tokenizer:
     """Rebuild any registered tokenizer (options and learned state) from :meth:`Tokenizer.to_json`.
 
     Anything malformed (not JSON, another format, a missing or wrongly typed field, an unknown option,
@@ -171,7 +172,7 @@ class Tokenizer(abc.ABC):
             tokens.pop()
         return tokens
 
-    def fit(self, lines: Iterable[str]) -> "Tokenizer":
+    def fit(self, lines: Iterable[str]) -> Tokenizer:
         """Learn state from training lines (no-op for stateless tokenizers)."""
         return self
 
@@ -196,7 +197,7 @@ class Tokenizer(abc.ABC):
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str) -> "Tokenizer":
+    def from_json(cls, text: str) -> Tokenizer:
         tok = tokenizer_from_json(text)
         if not isinstance(tok, cls):
             raise TokenizerError(f"JSON describes a {tok.name!r} tokenizer, not a {cls.__name__}")
@@ -416,7 +417,7 @@ class SubwordTokenizer(Tokenizer):
         """Sec. 4.3 segmentation of one word, without the frequency cut-off."""
         return [word] if SPECIAL.match(word) else segment_word(word, self.vowels)
 
-    def fit(self, lines: Iterable[str]) -> "SubwordTokenizer":
+    def fit(self, lines: Iterable[str]) -> SubwordTokenizer:
         words: Counter[str] = Counter()
         for line in lines:
             words.update((line.lower() if self.lowercase else line).split())

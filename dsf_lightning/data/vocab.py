@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .._json import JSONLimitError, loads_bounded
 
@@ -112,7 +112,7 @@ class Vocabulary:
         unk: str | None = None,
         min_count: int = 1,
         max_size: int | None = None,
-    ) -> "Vocabulary":
+    ) -> Vocabulary:
         """Build from tokens (a flat iterable of strings, or an iterable of token lists).
 
         Order: ``specials`` first (``eos`` and ``unk`` are added to them if missing), then the other
@@ -142,7 +142,7 @@ class Vocabulary:
         return {"format": FORMAT, "symbols": list(self.symbols), "eos": self.eos, "unk": self.unk}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Vocabulary":
+    def from_dict(cls, data: dict) -> Vocabulary:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise VocabularyError(f"not a {FORMAT} document")
         return cls(data["symbols"], eos=data.get("eos"), unk=data.get("unk"))
@@ -151,7 +151,7 @@ class Vocabulary:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str) -> "Vocabulary":
+    def from_json(cls, text: str) -> Vocabulary:
         try:
             data = loads_bounded(text)
         except JSONLimitError as err:  # invalid, nested thousands deep, huge numbers: never a RecursionError
@@ -164,7 +164,7 @@ class Vocabulary:
             f.write(self.to_json())
 
     @classmethod
-    def load(cls, path) -> "Vocabulary":
+    def load(cls, path) -> Vocabulary:
         with open(path, encoding="utf-8") as f:
             text = f.read()
         try:

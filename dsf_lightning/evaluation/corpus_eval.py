@@ -9,8 +9,9 @@ file. (Training-time ``val_ppl`` uses ``eval_batch_size`` parallel streams inste
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..data.corpora import CorpusError
 from ..data.corpora.base import get_corpus_spec

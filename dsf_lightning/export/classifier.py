@@ -8,8 +8,9 @@ stored, and ``prototypes`` adds the centroids' prototypical words of an sr-RNN (
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -17,13 +18,13 @@ from ..data.tokenizers import get_tokenizer
 from ..hub._folder import CheckpointError, _jsonable, _plain_json, load_state, match_state, round_to_storage
 from ..tasks.pretrained import (
     ARCHITECTURE,
-    _check_max_length,
     PROTOTYPE_MIN_COUNT,
     PROTOTYPE_TOP,
     SPECIAL_SYMBOLS,
     TEXT_INPUTS,
     PretrainedClassifier,
     _build,
+    _check_max_length,
     default_max_length,
     describe,
     save_classifier,

@@ -9,8 +9,8 @@ stored and put the numbers in the card (``dsf export --evaluate``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..hub._folder import round_to_storage
 from ..model.pretrained import save_pretrained

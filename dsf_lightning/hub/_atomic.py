@@ -18,8 +18,9 @@ import os
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+
 from .._fs import fsync_dir, fsync_file
 
 logger = logging.getLogger(__name__)

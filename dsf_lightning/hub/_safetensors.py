@@ -70,7 +70,9 @@ def _parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
     if n == 0:
         raise SafetensorsFormatError("the header length is 0: not a safetensors file")
     if n > MAX_HEADER_BYTES:
-        raise SafetensorsFormatError(f"the header length field says {n:,} bytes (limit {MAX_HEADER_BYTES:,}): the header is forged or the file is not safetensors")
+        raise SafetensorsFormatError(
+            f"the header length field says {n:,} bytes (limit {MAX_HEADER_BYTES:,}): the header is forged or the file is not safetensors"
+        )
     if 8 + n > size:
         raise SafetensorsFormatError(f"the header length field says {n:,} bytes but the file has only {size - 8:,} after it: the file is truncated")
     try:

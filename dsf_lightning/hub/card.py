@@ -6,7 +6,8 @@ Evaluation results are plain dicts, one per number::
     {"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}
 
 ``metric`` is ``perplexity`` (word / subword models), ``bpc`` (bits per character, character models),
-``accuracy`` or ``error`` (the error rate, 1 - accuracy: text classifiers, :mod:`.classifier`); optional keys: ``dataset_name`` (display name), ``task`` (default
+``accuracy`` or ``error`` (the error rate, 1 - accuracy: text classifiers, :mod:`dsf_lightning.tasks.pretrained`);
+optional keys: ``dataset_name`` (display name), ``task`` (default
 ``text-generation``, ``text-classification`` for accuracy), ``metric_name``, ``dataset_config``,
 ``dataset_revision``, ``source_name``, ``source_url``. They become the card's ``model-index`` and
 read back with ``ModelCard.load(path).data.eval_results``.
@@ -20,8 +21,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..cells import UnknownCellError, get_cell
 
@@ -192,7 +194,8 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
         f"{len(pretrained.vocab):,} symbols. Its headline metric is {metric_word}."
     )
     dropout = ", ".join(
-        f"{k.removeprefix('dropout_')} {getattr(cfg, k)}" for k in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output") if getattr(cfg, k)
+        f"{k.removeprefix('dropout_')} {getattr(cfg, k)}"
+        for k in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output") if getattr(cfg, k)
     ) or "none"
     arch = [
         ("cell", f"`{cfg.cell}`" + (f" with options `{json.dumps(cfg.cell_options)}`" if cfg.cell_options else "")),

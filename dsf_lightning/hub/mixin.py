@@ -21,6 +21,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from .publish import push_to_hub
+from .registry import HUB_KEYWORDS, check_keywords, load_with
+
 #: per task, the folder parts a model from ``from_pretrained`` keeps as plain attributes (part -> attribute) and
 #: ``save_pretrained`` writes back; ``vocab`` and ``tokenizer`` have no default
 PARTS = {
@@ -29,10 +32,6 @@ PARTS = {
                             "normalize": "pretrained_normalize", "max_length": "pretrained_max_length"},
 }
 REQUIRED = ("vocab", "tokenizer")
-
-
-from .publish import push_to_hub
-from .registry import HUB_KEYWORDS, check_keywords, load_with
 
 
 class PretrainedModelMixin:

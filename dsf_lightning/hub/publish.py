@@ -1,17 +1,17 @@
 """Publish a pretrained folder to the Hugging Face Hub (or any server speaking its protocol).
 
 The folder is loaded first with the strict loader the caller passes (``load``: the model class's own, or
-:func:`dsf_lightning.auto.load_folder` for whichever kind the folder holds), so a broken folder is never published; then ``HfApi.create_repo(exist_ok=True)``, ``create_branch`` for a revision other
-than ``main``, and ``upload_folder`` of exactly the folder's model files (stray files such as editor
-backups or hidden temporary folders are not uploaded). ``HF_ENDPOINT`` / ``HF_TOKEN`` apply as usual.
+:func:`dsf_lightning.auto.load_folder` for whichever kind the folder holds), so a broken folder is never published;
+then ``HfApi.create_repo(exist_ok=True)``, ``create_branch`` for a revision other than ``main``, and
+``upload_folder`` of exactly the folder's model files (stray files such as editor backups or hidden temporary
+folders are not uploaded). ``HF_ENDPOINT`` / ``HF_TOKEN`` apply as usual.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-
-from typing import Callable
 
 from ._folder import MODEL_FILES
 

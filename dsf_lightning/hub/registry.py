@@ -26,10 +26,9 @@ from __future__ import annotations
 import difflib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from typing import Callable
 
 from ._folder import LANGUAGE_MODEL, TEXT_CLASSIFICATION, resolve_dtype
 

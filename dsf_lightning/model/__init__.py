@@ -13,8 +13,8 @@ outputs and the recurrent state h with ``dropout_hidden``, which drops h only wh
 weight matrices read it, never the state a cell carries forward nor the SCRN context s; the IRLM,
 with no recurrent matrix, refuses it). Embedding
 dropout drops whole word types. ``dropout_output_context: false`` keeps output dropout off a cell's
-context features (the SCRN paper's "- dropout of context" ablation, sec. 6.1: ``y_t = [s_t; h_t * xi_t]``). The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell
-option (``cell_options: {dropout: p}``).
+context features (the SCRN paper's "- dropout of context" ablation, sec. 6.1: ``y_t = [s_t; h_t * xi_t]``).
+The Delta-RNN's own inner-function dropout (DSF eq. 12) is a cell option (``cell_options: {dropout: p}``).
 
 Weight tying (SCRN sec 4.4): the decoder reuses the embedding ``E`` for the top layer's hidden output
 ``h``, which must then have ``embedding_size`` features (a wider or narrower ``h`` would be tied only in
@@ -39,9 +39,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_bool
-from ..hub.mixin import PretrainedModelMixin
 from ..cells import RecurrentCell, State, build_cell
 from ..cells.base import CellOptionError, check_positive_int, check_probability
+from ..hub.mixin import PretrainedModelMixin
 from ..ops.fast_linear import fast_linear
 
 ModelState = tuple[State, ...]
@@ -181,7 +181,7 @@ class LMConfig:
         return n
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LMConfig":
+    def from_dict(cls, data: dict[str, Any]) -> LMConfig:
         """The config :meth:`to_dict` gave; a missing, unknown or wrongly typed field raises
         :class:`ModelConfigError` naming it."""
         if not isinstance(data, dict):
@@ -201,7 +201,7 @@ class LMConfig:
         return cls(**data)
 
     @classmethod
-    def from_hparams(cls, hparams: dict[str, Any]) -> "LMConfig":
+    def from_hparams(cls, hparams: dict[str, Any]) -> LMConfig:
         """The config inside a flat mapping of training settings (a ``LanguageModelModule``'s arguments or a
         checkpoint's ``hyper_parameters``; recipes keep flat ``model:`` keys): the fields of this class are
         taken, the rest ignored; a single ``hidden_sizes`` int means one layer, ``cell_options: null`` none.

@@ -32,8 +32,9 @@ model config.json describes (refused from its size, before it is read) — each 
 :class:`PretrainedFormatError` naming the file, what is wrong and what to do; a folder holding a text
 classifier (``task: text-classification``, :mod:`.classifier`) raises :class:`WrongTaskError` naming the
 loader to use (``task`` absent: a language model, as every folder written before the field). What every kind
-of folder shares (checksums, bounded reading, the atomic write, strict weights) is :mod:`._folder`. Nothing is ever unpickled: JSON and safetensors only. Lightning checkpoints are read with
-``torch.load(weights_only=True)``, which only rebuilds tensors and plain containers.
+of folder shares (checksums, bounded reading, the atomic write, strict weights) is :mod:`dsf_lightning.hub._folder`.
+Nothing is ever unpickled: JSON and safetensors only. (Checkpoints are read by :mod:`dsf_lightning.training.read_checkpoint`
+with ``torch.load(weights_only=True)``; :mod:`dsf_lightning.export` makes folders of them.)
 """
 
 from __future__ import annotations
@@ -51,12 +52,11 @@ from ..data.tokenizers import (
     TokenizerError,
 )
 from ..data.vocab import Vocabulary, VocabularyError
-from . import LMConfig, ModelConfigError, RecurrentLM
 from ..hub._folder import (
-    HF_TOKENIZER_FILE,
     CELL_FIX,
     CONFIG_FILE,
     DSF_TOKENIZER_FILE,
+    HF_TOKENIZER_FILE,
     LANGUAGE_MODEL,
     MAX_JSON_BYTES,
     REDO,
@@ -86,6 +86,7 @@ from ..hub._folder import (
     tokenizer_record,
 )
 from ..hub.hf_tokenizer import hf_tokenizer_json
+from . import LMConfig, ModelConfigError, RecurrentLM
 
 logger = logging.getLogger(__name__)
 

@@ -191,8 +191,8 @@ def _plot(records: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
-    from ..training.datamodule import LanguageModelDataModule
     from ..model.budget import hidden_size_for_budget
+    from ..training.datamodule import LanguageModelDataModule
 
     data = LanguageModelDataModule(corpus=args.corpus, data_root=args.data_root, batch_size=args.batch_size,
                                    bptt=args.bptt, eval_batch_size=10)

@@ -14,8 +14,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .progress import read_progress
 from .runner import child_command, read_child_result

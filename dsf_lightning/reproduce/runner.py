@@ -54,15 +54,15 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import yaml
 
 from .._fs import write_atomic
 from ..cells import UnknownCellError, get_cell
-from .report import (STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, row_folder,
-                     write_outputs)
+from .report import STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, row_folder, write_outputs
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
 
 logger = logging.getLogger(__name__)
@@ -382,7 +382,7 @@ def missing_corpus(corpus: Any, options: dict | None, data_root: str | None) -> 
         if spec.optional_splits:
             return None
         missing = []
-        for split, specs in spec.files(opts).items():
+        for _split, specs in spec.files(opts).items():
             for fs in specs:
                 found = False
                 for cand in fs.candidates():
@@ -418,9 +418,9 @@ def run_row(spec: dict, build_cli: Callable) -> dict:
     Writes ``spec["result_file"]`` (rank 0) when given, which is how a child process reports back. Costs are
     counted by :class:`~.progress.RowProgress` over every sitting of the row (``progress.json``).
     """
-    from .progress import RowProgress, totals
-
     import torch
+
+    from .progress import RowProgress, totals
 
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))

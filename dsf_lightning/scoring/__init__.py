@@ -45,9 +45,10 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -449,7 +450,7 @@ class Scorer:
         window: int = 256,
         normalize: str | Normalizer | None = None,
         **unknown,
-    ) -> "Scorer":
+    ) -> Scorer:
         """Resolve (hub name, repo id or local folder), load strictly and wrap a pretrained model.
 
         ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``: huggingface_hub's

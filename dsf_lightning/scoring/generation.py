@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -168,7 +169,7 @@ def next_token_filter(logits: Tensor, temperature: float, top_k: int | None, top
 
 @torch.inference_mode()
 def generate(
-    scorer: "Scorer",
+    scorer: Scorer,
     prompt: str = "",
     *,
     max_new_tokens: int = 20,
@@ -283,7 +284,7 @@ def _float_dtype(model) -> torch.dtype:
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
-def _prompt_ids(scorer: "Scorer", prompt: str) -> list[int]:
+def _prompt_ids(scorer: Scorer, prompt: str) -> list[int]:
     """The prompt through the scorer's own text encoding (its tokenizer, vocabulary and any text
     normalization it applies), without the end symbol the tokenizer puts after the last line: the
     generated text continues that line."""
@@ -298,7 +299,7 @@ def _prompt_ids(scorer: "Scorer", prompt: str) -> list[int]:
     return ids
 
 
-def _read(scorer: "Scorer", context: list[int], model_state, pending: Tensor | None, batch: int):
+def _read(scorer: Scorer, context: list[int], model_state, pending: Tensor | None, batch: int):
     """The model state after reading ``pending`` (a [B] token each sample has not read yet, or None) and
     then ``context`` (ids shared by every sample), in windows of ``scorer.window`` steps."""
     model, device = scorer.model, scorer.device

@@ -20,7 +20,8 @@ import functools
 import json
 import math
 import random
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -112,7 +113,7 @@ class Vocabulary(SymbolVocabulary):
         return {"alphabet": list(self.alphabet), "start_end_tokens": self.start_end_tokens, "unk": self.unk is not None}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Vocabulary":
+    def from_dict(cls, data: dict) -> Vocabulary:
         if not (isinstance(data, dict) and {"alphabet", "start_end_tokens", "unk"} <= data.keys()):
             raise VocabularyError("not a task vocabulary (needs 'alphabet', 'start_end_tokens' and 'unk')")
         return cls(data["alphabet"], data["start_end_tokens"], data["unk"])

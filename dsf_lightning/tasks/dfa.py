@@ -26,9 +26,10 @@ import shutil
 import subprocess
 import warnings
 from collections import defaultdict, deque
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Hashable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +127,7 @@ class DFA:
     def missing_transitions(self) -> list[tuple[StateId, Symbol]]:
         return [(q, a) for q in self.states for a in self.alphabet if (q, a) not in self.transitions]
 
-    def complete(self, sink: StateId = "sink") -> "DFA":
+    def complete(self, sink: StateId = "sink") -> DFA:
         """The same language with every missing transition sent to a non-accepting ``sink`` state."""
         missing = self.missing_transitions()
         if not missing:
@@ -153,7 +154,7 @@ class DFA:
                     queue.append(r)
         return order
 
-    def trim(self) -> "DFA":
+    def trim(self) -> DFA:
         """Drop the states that cannot be reached from the start."""
         keep = set(self.reachable_states())
         transitions = {(q, a): r for (q, a), r in self.transitions.items() if q in keep}
@@ -173,7 +174,7 @@ class DFA:
                     queue.append(q)
         return set(self.states) - alive
 
-    def relabel(self, mapping: dict[StateId, StateId]) -> "DFA":
+    def relabel(self, mapping: dict[StateId, StateId]) -> DFA:
         """Rename states (``mapping`` must be injective on the states it renames)."""
         m = lambda q: mapping.get(q, q)  # noqa: E731
         return DFA(
@@ -184,7 +185,7 @@ class DFA:
             [m(q) for q in self.states],
         )
 
-    def canonical(self) -> "DFA":
+    def canonical(self) -> DFA:
         """Reachable states renamed 0, 1, ... in breadth-first order from the start (alphabet order).
 
         Two *minimal* complete automata accept the same language iff their canonical forms are equal.
@@ -194,7 +195,7 @@ class DFA:
         return trimmed.relabel({q: i for i, q in enumerate(order)})
 
     # -- minimization --------------------------------------------------------------------------
-    def minimize(self, method: str = "hopcroft") -> "DFA":
+    def minimize(self, method: str = "hopcroft") -> DFA:
         """The minimal complete DFA of the same language, in canonical form (states 0..n-1, start 0).
 
         The automaton is first completed (missing transitions -> sink) and trimmed to its reachable
@@ -219,7 +220,7 @@ class DFA:
         return self.complete().trim().num_states == self.minimize().num_states
 
     # -- comparison ----------------------------------------------------------------------------
-    def find_difference(self, other: "DFA") -> str | tuple[Symbol, ...] | None:
+    def find_difference(self, other: DFA) -> str | tuple[Symbol, ...] | None:
         """The shortest (then alphabetically first) string accepted by exactly one of the two, or None.
 
         Breadth-first search over the product automaton; a symbol missing from one alphabet, like a
@@ -255,7 +256,7 @@ class DFA:
                     queue.append(nxt)
         return None
 
-    def equivalent(self, other: "DFA") -> bool:
+    def equivalent(self, other: DFA) -> bool:
         """Whether both accept exactly the same strings (decided exactly on the product automaton)."""
         return self.find_difference(other) is None
 
@@ -350,7 +351,7 @@ class DFA:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DFA":
+    def from_dict(cls, data: dict[str, Any]) -> DFA:
         try:
             return cls(
                 data["alphabet"],
@@ -363,7 +364,7 @@ class DFA:
             raise DFAError(f"not a DFA description: {err}") from err
 
     @classmethod
-    def from_json(cls, text: str | dict) -> "DFA":
+    def from_json(cls, text: str | dict) -> DFA:
         return cls.from_dict(json.loads(text) if isinstance(text, str) else text)
 
     def save(self, path: str | Path) -> Path:
@@ -372,7 +373,7 @@ class DFA:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "DFA":
+    def load(cls, path: str | Path) -> DFA:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
     # -- drawing -------------------------------------------------------------------------------
@@ -415,7 +416,7 @@ class DFA:
         dot_file.write_text(self.to_dot(title, hide_dead), encoding="utf-8")
         exe = shutil.which("dot")
         if exe is None:
-            warnings.warn(f"graphviz 'dot' not found: wrote {dot_file} but no {fmt} (apt-get install graphviz)")
+            warnings.warn(f"graphviz 'dot' not found: wrote {dot_file} but no {fmt} (apt-get install graphviz)", stacklevel=2)
             return None
         out = path.with_suffix(f".{fmt}")
         subprocess.run([exe, f"-T{fmt}", "-o", str(out), str(dot_file)], check=True, capture_output=True)

@@ -16,8 +16,9 @@ import json
 import logging
 import platform
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import lightning as L
 import torch

@@ -22,8 +22,9 @@ from __future__ import annotations
 import random
 import re
 import string as _string
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

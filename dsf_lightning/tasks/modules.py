@@ -21,7 +21,8 @@ transition probabilities of every step), :meth:`~SequenceClassifier.centroid_dec
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -29,9 +30,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._modes import evaluating
-from ..hub.mixin import PretrainedModelMixin
 from ..cells import build_cell
 from ..cells.base import State
+from ..hub.mixin import PretrainedModelMixin
 from ..training.optim import build_optimizer
 from .data import IGNORE_INDEX, pad_ids
 

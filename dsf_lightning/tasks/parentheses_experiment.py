@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import lightning as L
 import torch

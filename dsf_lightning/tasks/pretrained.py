@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-
 from .._json import JSONLimitError, loads_bounded
 from ..data.tokenizers import Tokenizer
 from ..hub._folder import (

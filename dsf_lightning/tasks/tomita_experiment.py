@@ -27,8 +27,8 @@ from typing import Any
 import lightning as L
 import torch
 
-from .dfa import extract_dfa
 from .datamodules import TomitaDataModule
+from .dfa import extract_dfa
 from .experiment_utils import accuracy as string_accuracy
 from .experiment_utils import args_to_json, machine_line, prepare_run, quiet_trainer, write_results
 from .languages import TOMITA_DESCRIPTIONS
@@ -235,7 +235,8 @@ def _markdown(records: list[dict[str, Any]], args: argparse.Namespace, total_sec
         "grammar's language (exact check on the product automaton against the minimal DFA written down from the",
         "grammar's definition, `dsf_lightning.tasks.languages.tomita_dfa`).",
         "",
-        "| grammar | language | recovered | states: extracted / minimal | network acc. valid / test | extracted-DFA acc. valid / test | attempts | epochs | minutes |",
+        "| grammar | language | recovered | states: extracted / minimal | network acc. valid / test "
+        "| extracted-DFA acc. valid / test | attempts | epochs | minutes |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:

@@ -27,14 +27,16 @@ from __future__ import annotations
 import os
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 from lightning.fabric.utilities.cloud_io import _load as pl_load
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
 from .._fs import remove_stale_temporaries, write_atomic  # noqa: F401  (remove_stale_temporaries: re-exported)
 
 __all__ = [
@@ -77,7 +79,7 @@ def nonfinite_tensors(obj: Any, where: str = "", limit: int = 5) -> list[str]:
 _CHECKED_KEYS = ("state_dict", "dsf_carried_train_state", "optimizer_states")
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike, *, write: Optional[Callable[[Any, Any], None]] = None) -> Path:
+def atomic_torch_save(obj: Any, path: str | os.PathLike, *, write: Callable[[Any, Any], None] | None = None) -> Path:
     """``torch.save(obj)`` to ``path`` through :func:`dsf_lightning._fs.write_atomic` (hidden temporary file in
     the same folder, fsync, ``os.replace``, fsync of the folder; the permissions of the file replaced are
     kept). On any error the temporary file is removed and ``path`` is left as it was. ``write(obj, file)``
@@ -106,7 +108,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.default_weights_only = bool(weights_only)
         self.allow_nonfinite = bool(allow_nonfinite)
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(
                 f"`Trainer.save_checkpoint(..., storage_options=...)` is not supported by {type(self).__name__}"
@@ -133,8 +135,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self,
         path: _PATH,
-        map_location: Optional[Callable] = lambda storage, loc: storage,
-        weights_only: Optional[bool] = None,
+        map_location: Callable | None = lambda storage, loc: storage,
+        weights_only: bool | None = None,
     ) -> dict[str, Any]:
         if weights_only is None:
             weights_only = self.default_weights_only

@@ -130,9 +130,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         return load_for_finetuning(self.vocab_from)
 
     def _load_with_pretrained_vocab(self, load_corpus):
-        from .finetune import check_corpus_tokenizer, corpus_options_for
-
         from ..data.normalize import normalizer_for_corpus
+        from .finetune import check_corpus_tokenizer, corpus_options_for
 
         pretrained = self._pretrained()
         options = corpus_options_for(self.corpus_name, self.corpus_options, pretrained)

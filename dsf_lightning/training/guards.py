@@ -207,7 +207,6 @@ class NonFiniteGuard(L.Callback):
 # jsonargparse's name resolution while the CLI runs: see recipe_guard (re-exported here for old imports).
 from .recipe_guard import UnsafeRecipeError  # noqa: E402,F401
 
-
 MAX_DEVICES = 1024
 
 

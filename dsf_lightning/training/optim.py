@@ -4,7 +4,8 @@ sequence-task modules and ``dsf fit --optimizer / --lr_scheduler`` all go throug
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 

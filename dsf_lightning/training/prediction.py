@@ -30,8 +30,9 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter

@@ -31,7 +31,8 @@ import importlib
 import inspect
 import logging
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ def _import_paths(classes: dict[str, type]) -> set[str]:
     # the modules that re-export a class under its own name (lightning.pytorch.plugins.io.TorchCheckpointIO
     # is lightning.fabric's class): only modules already imported, of the packages the classes come from
     by_name: dict[str, list[type]] = {}
-    for path, cls in classes.items():
+    for cls in classes.values():
         by_name.setdefault(cls.__name__, []).append(cls)
     tops = {cls.__module__.split(".")[0] for cls in classes.values()} | {p.split(".")[0] for p in classes}
     for name, module in list(sys.modules.items()):

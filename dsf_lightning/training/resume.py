@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

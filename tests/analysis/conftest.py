@@ -9,8 +9,8 @@ import torch
 
 from dsf_lightning.data.tokenizers import get_tokenizer
 from dsf_lightning.data.vocab import Vocabulary
-from dsf_lightning.model.pretrained import Pretrained, save_pretrained
 from dsf_lightning.model import LMConfig, RecurrentLM
+from dsf_lightning.model.pretrained import Pretrained, save_pretrained
 
 WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "rug", "big", "small", "and", "saw", "bird", "tree"]
 VOCAB = Vocabulary(["<eos>", "<unk>", *WORDS], eos="<eos>", unk="<unk>")

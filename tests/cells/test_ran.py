@@ -56,7 +56,8 @@ def test_one_step_is_eq_2():
 
 
 def test_parameter_counts():
-    n = lambda cell, biases=True: sum(p.numel() for name, p in cell.named_parameters() if biases or name[0] != "b")
+    def n(cell, biases=True):
+        return sum(p.numel() for name, p in cell.named_parameters() if biases or name[0] != "b")
     ran = make("ran")
     assert n(ran, biases=False) == 2 * H * H + 3 * H * I  # sec. 2.1: "2 d_h^2 + 3 d_h d_i in a RAN"
     assert n(ran) == 2 * H * H + 3 * H * I + 2 * H

@@ -12,8 +12,8 @@ from dsf_lightning.cells import (
     get_cell,
     list_cells,
     register_cell,
+    registry,
 )
-from dsf_lightning.cells import registry
 
 
 def test_list_cells_is_sorted_and_holds_the_papers_cells():

@@ -58,7 +58,8 @@ def test_one_step_hidden_output_tanh_no_bias_learned_alpha():
 
 
 def test_parameter_count_from_matrices_A_B_P_R():
-    n = lambda cell: sum(p.numel() for p in cell.parameters())
+    def n(cell):
+        return sum(p.numel() for p in cell.parameters())
     assert n(make()) == I * (S + H) + S * H + H * H + H  # A, B, P, R + bias of eq. 2
     assert n(make(bias=False)) == I * (S + H) + S * H + H * H
     assert n(make(learn_alpha=True)) == I * (S + H) + S * H + H * H + H + 1

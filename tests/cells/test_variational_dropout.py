@@ -14,7 +14,6 @@ the RAN's ``f * c_{t-1}``, the SCRN's context, the IRLM's diagonal recurrence).
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from dsf_lightning.cells import get_cell, list_cells
 from dsf_lightning.model import LMConfig, ModelConfigError, RecurrentLM

@@ -195,7 +195,8 @@ def _assert_every_entry_matches_its_content(root, tmp_path, cache):
 def test_a_file_replaced_during_a_load_cannot_poison_the_cache(root, tmp_path, monkeypatch, when):
     """Issue 13 item 5: the bytes whose sha256 keys the entry must be the bytes tokenized. The file
     is replaced at the two points between hashing and tokenizing (deterministic race)."""
-    from dsf_lightning.data.corpora import base as corpus_base, get_corpus_spec
+    from dsf_lightning.data.corpora import base as corpus_base
+    from dsf_lightning.data.corpora import get_corpus_spec
 
     cache = tmp_path / "cache"
     write(root / "valid.txt", GOOD)
@@ -285,8 +286,8 @@ def test_a_custom_spec_reading_the_disk_itself_is_checked_after_tokenizing(root,
     """A spec that opens its files by another route than the frozen bytes (here builtins.open on the
     path string) read the disk: if the file changed meanwhile, nothing is cached and the error says so."""
     from dsf_lightning.data.corpora import base as corpus_base
-    from dsf_lightning.data.corpora.text import TextFolder
     from dsf_lightning.data.corpora.files import CorpusError
+    from dsf_lightning.data.corpora.text import TextFolder
 
     class DiskReader(TextFolder):
         name = "race-custom"

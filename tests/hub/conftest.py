@@ -16,8 +16,8 @@ import torch
 
 from dsf_lightning.data.tokenizers import get_tokenizer
 from dsf_lightning.data.vocab import Vocabulary
-from dsf_lightning.model.pretrained import Pretrained, save_pretrained
 from dsf_lightning.model import LMConfig, RecurrentLM
+from dsf_lightning.model.pretrained import Pretrained, save_pretrained
 
 V = 13
 ROOT = Path(__file__).parents[2]
@@ -158,8 +158,8 @@ def tiny_classifier(cell: str = "sr-lstm-p", *, seed: int = 0, max_length: int |
     """A randomly initialised tiny sentiment classifier (weights perturbed so every tensor matters), with the
     imdb normalizer and word tokenizer its folder records."""
     from dsf_lightning.data.tokenizers import get_tokenizer
-    from dsf_lightning.tasks.pretrained import DEFAULT_MAX_LENGTH, PretrainedClassifier
     from dsf_lightning.tasks import SequenceClassifier, Vocabulary
+    from dsf_lightning.tasks.pretrained import DEFAULT_MAX_LENGTH, PretrainedClassifier
 
     torch.manual_seed(seed)
     vocab = Vocabulary(CLASSIFIER_WORDS, unk=True)

@@ -13,11 +13,10 @@ import sys
 import torch
 from safetensors.torch import load_file
 
+from dsf_lightning.auto import PUBLISHED, push_to_hub
+from dsf_lightning.cli.hub import add_push_parser
 from dsf_lightning.hub.registry import ModelDownloadError, PublishedModel, resolve
 from dsf_lightning.model.pretrained import load_pretrained
-from dsf_lightning.auto import push_to_hub
-from dsf_lightning.cli.hub import add_push_parser
-from dsf_lightning.auto import PUBLISHED
 
 
 def _logits(folder, tokens):

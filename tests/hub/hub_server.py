@@ -32,9 +32,9 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 REPO = r"(?P<repo>[^/]+/[^/]+)"
@@ -45,7 +45,7 @@ def git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def run_client(main: Callable[["FakeHub", dict], dict]) -> None:
+def run_client(main: Callable[[FakeHub, dict], dict]) -> None:
     """The ``__main__`` of a client module run in a subprocess (``python -m tests.hub.<client> PLAN.json``):
     start a FakeHub and point HF_ENDPOINT at it before ``main`` imports huggingface_hub (which reads its
     settings at import), run ``main(hub, plan)``, and print its results with the requests the server could not
@@ -80,7 +80,7 @@ class FakeHub:
         self.thread: threading.Thread | None = None
 
     # -------------------------------------------------------------------------------- lifecycle
-    def start(self) -> "FakeHub":
+    def start(self) -> FakeHub:
         hub = self
 
         class Handler(_Handler):

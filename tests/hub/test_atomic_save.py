@@ -7,8 +7,8 @@ import textwrap
 import pytest
 import torch
 
-from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 from dsf_lightning.model import pretrained as hub_format
+from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 
 from .conftest import logits_of, tiny_pretrained
 

@@ -8,8 +8,8 @@ from huggingface_hub import ModelCard
 
 from dsf_lightning.data.tokenizers import get_tokenizer
 from dsf_lightning.hub import ModelCardError
-from dsf_lightning.model.pretrained import save_pretrained
 from dsf_lightning.hub.card import FIELDS, PLACEHOLDER, TEMPLATE_PATH, render_template
+from dsf_lightning.model.pretrained import save_pretrained
 
 from .conftest import tiny_pretrained
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from dsf_lightning.data.corpora import load_corpus
-from dsf_lightning.training.datamodule import LanguageModelDataModule
-from dsf_lightning.hub._folder import CheckpointError
-from dsf_lightning.export.language_model import export_checkpoint, pretrained_from_checkpoint
-from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.cli.hub import add_export_parser
+from dsf_lightning.data.corpora import load_corpus
+from dsf_lightning.export.language_model import export_checkpoint, pretrained_from_checkpoint
+from dsf_lightning.hub._folder import CheckpointError
+from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.training import LanguageModelModule
+from dsf_lightning.training.datamodule import LanguageModelDataModule
 
 from .conftest import Boom, logits_of, write_text_corpus
 
@@ -173,6 +173,7 @@ def test_export_evaluates_the_stored_weights_on_the_split_files(trained, tmp_pat
     """--evaluate scores each split's file with the weights as stored (float16 here); a user who scores
     the same file with the exported folder gets the card's number."""
     from huggingface_hub import ModelCard
+
     from dsf_lightning.scoring import from_pretrained
 
     folder = export_checkpoint(trained["ckpt"], tmp_path / "evaluated", corpus_name="text-folder",

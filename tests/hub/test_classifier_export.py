@@ -14,8 +14,8 @@ import torch
 
 from dsf_lightning.cli import main
 from dsf_lightning.data.corpora.imdb import normalize_review
-from dsf_lightning.tasks.pretrained import load_classifier
 from dsf_lightning.tasks import IMDBSentimentDataModule, SequenceClassifier
+from dsf_lightning.tasks.pretrained import load_classifier
 
 POSITIVE = "great good fun excellent loved".split()
 NEGATIVE = "bad awful boring terrible hated".split()
@@ -184,8 +184,8 @@ def test_language_model_options_are_refused_for_a_classifier(trained, tmp_path, 
     assert "--corpus" in capsys.readouterr().err
     assert main(["export", str(trained["ckpt"]), str(tmp_path / "w.onnx"), "--format", "onnx"]) == 2
     assert "exports language models only" in capsys.readouterr().err
-    from dsf_lightning.hub._folder import CheckpointError
     from dsf_lightning.export.language_model import pretrained_from_checkpoint
+    from dsf_lightning.hub._folder import CheckpointError
 
     with pytest.raises(CheckpointError, match="holds a SequenceClassifier.*dsf export"):
         pretrained_from_checkpoint(trained["ckpt"])  # the language-model export's own function says so too

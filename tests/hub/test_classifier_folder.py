@@ -12,12 +12,11 @@ import torch
 
 import dsf_lightning as dsf
 from dsf_lightning import RecurrentLM
-from dsf_lightning.hub._folder import PretrainedFormatError, WrongTaskError
 from dsf_lightning.auto import load
-from dsf_lightning.model.pretrained import save_pretrained
-from dsf_lightning.tasks.pretrained import load_classifier, save_classifier
-from dsf_lightning.model.pretrained import load_pretrained
+from dsf_lightning.hub._folder import PretrainedFormatError, WrongTaskError
+from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 from dsf_lightning.tasks import SequenceClassifier
+from dsf_lightning.tasks.pretrained import load_classifier, save_classifier
 
 from .conftest import (
     classifier_logits,
@@ -169,8 +168,8 @@ def test_dsf_score_on_a_classifier_folder_says_which_command(clf_folder, capsys)
 # --------------------------------------------------------------------------------------- one loader for both
 def test_from_pretrained_returns_the_right_object_for_each_kind(clf_folder, tmp_path):
     from dsf_lightning.classification import TextClassifier
-    from dsf_lightning.tasks.pretrained import PretrainedClassifier
     from dsf_lightning.model.pretrained import Pretrained
+    from dsf_lightning.tasks.pretrained import PretrainedClassifier
 
     lm = save_pretrained(tiny_pretrained(), tmp_path / "lm")
     assert type(dsf.from_pretrained(clf_folder)) is TextClassifier

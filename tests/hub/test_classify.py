@@ -114,8 +114,8 @@ def test_bad_input_is_a_clear_error(classifier):
 
 def test_a_closed_vocabulary_names_the_unknown_symbol(tmp_path):
     from dsf_lightning.data.tokenizers import get_tokenizer
-    from dsf_lightning.tasks.pretrained import PretrainedClassifier
     from dsf_lightning.tasks import SequenceClassifier, Vocabulary
+    from dsf_lightning.tasks.pretrained import PretrainedClassifier
 
     vocab = Vocabulary(["0", "1"])  # a Tomita grammar's alphabet: no <unk>
     torch.manual_seed(0)

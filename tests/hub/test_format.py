@@ -8,9 +8,8 @@ from safetensors import safe_open
 
 from dsf_lightning.cells import list_cells
 from dsf_lightning.hub import FORMAT, FORMAT_VERSION
-from dsf_lightning.model.pretrained import Pretrained, load_pretrained, save_pretrained
-from dsf_lightning.model.pretrained import weights_for_saving
 from dsf_lightning.model import LMConfig, RecurrentLM, count_parameters
+from dsf_lightning.model.pretrained import Pretrained, load_pretrained, save_pretrained, weights_for_saving
 
 from .conftest import logits_of, tiny_pretrained
 

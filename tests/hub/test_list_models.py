@@ -3,12 +3,11 @@
 
 import argparse
 
-from dsf_lightning.hub import registry
 from dsf_lightning.auto import PUBLISHED, list_models
-from dsf_lightning.model.pretrained import load_pretrained
-from dsf_lightning.tasks.pretrained import save_classifier
 from dsf_lightning.cli.hub import list_models_command
-from dsf_lightning.model.pretrained import save_pretrained
+from dsf_lightning.hub import registry
+from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
+from dsf_lightning.tasks.pretrained import save_classifier
 
 from .conftest import tiny_classifier, tiny_pretrained
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from dsf_lightning.auto import PUBLISHED, list_models, load
+from dsf_lightning.cli.hub import add_export_parser, add_list_models_parser, add_push_parser, list_models_command
+from dsf_lightning.hub import registry
 from dsf_lightning.hub.registry import ModelDownloadError, PublishedModel, UnknownModelError, resolve
 from dsf_lightning.model.pretrained import save_pretrained
-from dsf_lightning.hub import registry
-from dsf_lightning.cli.hub import add_export_parser, add_list_models_parser, add_push_parser, list_models_command
 
 from .conftest import logits_of, tiny_pretrained
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from dsf_lightning.hub._folder import PretrainedFormatError
-from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.hub._safetensors import serialize
+from dsf_lightning.model.pretrained import load_pretrained
 
 from .conftest import Boom, boom_bytes, edit_config, rehash
 

@@ -125,8 +125,8 @@ def tiny_pretrained(kind: str = "word", seed: int = 0):
 
     from dsf_lightning.data.tokenizers import get_tokenizer
     from dsf_lightning.data.vocab import Vocabulary
-    from dsf_lightning.model.pretrained import Pretrained
     from dsf_lightning.model import LMConfig, RecurrentLM
+    from dsf_lightning.model.pretrained import Pretrained
 
     if kind == "word":
         symbols, unk, tok = ["<eos>", "<unk>", *"the cat sat on a mat and dog ran far".split()], "<unk>", get_tokenizer("word")

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from dsf_lightning.cli import main
-from dsf_lightning.hub._folder import CheckpointError
 from dsf_lightning.export.language_model import pretrained_from_checkpoint
+from dsf_lightning.hub._folder import CheckpointError
 from dsf_lightning.training.checkpoint_io import AtomicCheckpointIO, CheckpointLoadError
 from dsf_lightning.training.recipe_guard import ALLOWED_PHRASE
 from tests.training.conftest import make_toy_corpus, quiet_trainer, toy_modules
@@ -171,7 +171,8 @@ def _materialize(text: str, marker) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_RECIPES))
-def test_a_recipe_naming_foreign_code_is_refused_before_anything_is_imported(name, tmp_path, text_folder, planted, monkeypatch, capsys, hostile_counts):
+def test_a_recipe_naming_foreign_code_is_refused_before_anything_is_imported(
+        name, tmp_path, text_folder, planted, monkeypatch, capsys, hostile_counts):
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "RAN"
     base = recipe(tmp_path, text_folder, "")
@@ -278,7 +279,8 @@ def test_a_foreign_class_path_in_a_nested_config_file_is_refused(tmp_path, text_
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "trainer.yaml").write_text("callbacks:\n  - class_path: dsf_planted_plugin.Hook\n")
     base = recipe(tmp_path, text_folder, "")
-    (tmp_path / "parts" / "outer.yaml").write_text(base.read_text().replace("trainer:\n  max_steps: 1\n  logger: false\n", "") + "trainer: trainer.yaml\n")
+    outer = base.read_text().replace("trainer:\n  max_steps: 1\n  logger: false\n", "") + "trainer: trainer.yaml\n"
+    (tmp_path / "parts" / "outer.yaml").write_text(outer)
     for argv in (["--config", str(tmp_path / "parts" / "outer.yaml")],
                  ["--config", str(base), "--trainer", str(tmp_path / "parts" / "trainer.yaml")]):
         code = main(["fit", *argv])

@@ -14,9 +14,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from dsf_lightning.training import LanguageModelModule
 from dsf_lightning.training.callbacks import GradientNormMonitor
+from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training.guards import NonFiniteError, NonFiniteGuard
 from tests.training.conftest import make_toy_corpus, quiet_trainer
-from dsf_lightning.training.datamodule import LanguageModelDataModule
 
 STEPS_PER_EPOCH = 86
 

@@ -344,7 +344,8 @@ class Boom:
 
 
 @pytest.mark.parametrize("form", cases(["--weights_only false", "weights_only: false in a config"], {"--weights_only false"}))
-def test_a_pickled_checkpoint_is_refused_even_with_weights_only_false(form, project_checkpoint, tmp_path, text_folder, monkeypatch, capsys, hostile_counts):
+def test_a_pickled_checkpoint_is_refused_even_with_weights_only_false(
+        form, project_checkpoint, tmp_path, text_folder, monkeypatch, capsys, hostile_counts):
     """LightningCLI's ``--weights_only false`` (which a config file can set next to ``ckpt_path``) would
     hand the checkpoint to an unrestricted unpickler: the CLI checks it weights-only first, always."""
     monkeypatch.chdir(tmp_path)

@@ -134,7 +134,7 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_pa
     # the last resume runs to the end
     assert finish(worker(chain, ckpts, "--resume", str(last))) == 0
     remove_stale_temporaries(last)
-    print("\nkill points (seed %d):\n  " % seed + "\n  ".join(report))
+    print(f"\nkill points (seed {seed}):\n  " + "\n  ".join(report))
 
     chained = losses(chain)
     assert sorted(chained) == sorted(straight)

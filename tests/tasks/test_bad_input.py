@@ -7,10 +7,10 @@ malformed DFA (test_dfa.py), ``accepting="labels"`` without labels (test_extract
 import pytest
 import torch
 
-from dsf_lightning.tasks.dfa import DFAError, extract_dfa
 from dsf_lightning.tasks import CopyingMemoryDataModule, SequenceClassifier, TomitaDataModule, Vocabulary
 from dsf_lightning.tasks import languages as lang
 from dsf_lightning.tasks.data import UnknownSymbolError
+from dsf_lightning.tasks.dfa import DFAError, extract_dfa
 
 
 # -- DFA extraction from a model without centroids ---------------------------------------------------

@@ -13,9 +13,7 @@ import torch
 from dsf_lightning.tasks import (
     BalancedParenthesesDataModule,
     CopyingMemoryDataModule,
-    IMDBSentimentDataModule,
     PalindromeDataModule,
-    PixelMNISTDataModule,
     SequenceClassifier,
     SequenceTagger,
     TomitaDataModule,

@@ -6,8 +6,8 @@ import itertools
 import pytest
 import torch
 
-from dsf_lightning.tasks.dfa import DFA, DFAError, extract_dfa
 from dsf_lightning.tasks import SequenceClassifier, Vocabulary
+from dsf_lightning.tasks.dfa import DFA, DFAError, extract_dfa
 from dsf_lightning.tasks.languages import tomita_dfa
 
 BETA = 40.0  # pre-activation scale: transition probabilities are one-hot up to exp(-BETA / 2)

@@ -2,8 +2,8 @@
 
 import json
 
-from dsf_lightning.tasks.dfa import DFA
 from dsf_lightning.tasks import tomita_experiment
+from dsf_lightning.tasks.dfa import DFA
 from dsf_lightning.tasks.languages import tomita_dfa
 
 

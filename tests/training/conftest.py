@@ -6,8 +6,8 @@ import lightning as L
 import pytest
 import torch
 
-from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training import LanguageModelModule
+from dsf_lightning.training.datamodule import LanguageModelDataModule
 
 VOCAB = 13
 

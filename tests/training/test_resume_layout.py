@@ -59,7 +59,8 @@ def test_another_stream_layout_is_a_clear_error(checkpoint, changes, message):
 
 def test_another_corpus_is_a_clear_error(checkpoint):
     other = make_toy_corpus(seed=1)  # same name, sizes and vocabulary, other tokens
-    with pytest.raises(ResumeMismatchError, match=r"the 'train' split of corpus 'toy' is not the one the checkpoint was trained on: 2,400 tokens, sha256 [0-9a-f]{12}\.\.\. now"):
+    expected = r"the 'train' split of corpus 'toy' is not the one the checkpoint was trained on: 2,400 tokens, sha256 [0-9a-f]{12}\.\.\. now"
+    with pytest.raises(ResumeMismatchError, match=expected):
         resume(checkpoint, corpus=other)
 
 

@@ -55,7 +55,7 @@ def test_streams_split_contiguously_across_ranks():
     halves = [StreamWindows(tokens, batch_size=4, bptt=5, rank=r, world_size=2) for r in range(2)]
     assert whole.streams.shape == (4, 25)
     assert len(whole) == len(halves[0]) == 5  # 24 targets per stream in windows of 5
-    for (x, y, i), (x0, y0, _), (x1, y1, _) in zip(whole, *halves):
+    for (x, y, _i), (x0, y0, _), (x1, y1, _) in zip(whole, *halves):
         torch.testing.assert_close(torch.cat([x0, x1]), x)
         torch.testing.assert_close(torch.cat([y0, y1]), y)
         torch.testing.assert_close(y[:, :-1], x[:, 1:])  # targets are the next tokens

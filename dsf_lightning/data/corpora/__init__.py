@@ -11,6 +11,8 @@ One module per family: :mod:`.ptb` (ptb, ptb-char, ptb-subword), :mod:`.wiki` (w
 :mod:`.files` paths / checksums / download, :mod:`.cache` the tokenized cache.
 """
 
+# Importing the modules registers their corpora.
+from . import imdb, ptb, text, unavailable, wiki, wmt  # noqa: E402,F401
 from .base import (
     SPLITS,
     Corpus,
@@ -33,9 +35,6 @@ from .files import (
     verify_file,
     verify_files,
 )
-
-# Importing the modules registers their corpora.
-from . import imdb, ptb, text, unavailable, wiki, wmt  # noqa: E402,F401
 
 __all__ = [
     "CACHE_DIR_ENV",

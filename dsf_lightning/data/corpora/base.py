@@ -20,9 +20,10 @@ import logging
 import os
 import time
 from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator, Sequence
+from typing import Any, ClassVar
 
 import torch
 
@@ -36,18 +37,20 @@ from .files import (
     FrozenFile,
     check_digests,
     default_cache_dir,
-    download as fetch_url,
     file_digests,
     read_lines,
     resolve_data_root,
     verify_file,
+)
+from .files import (
+    download as fetch_url,
 )
 
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 Line = tuple[Path, int, str]  # (file, 1-based line number, text)
-_REGISTRY: dict[str, "CorpusSpec"] = {}
+_REGISTRY: dict[str, CorpusSpec] = {}
 
 
 @dataclass

@@ -19,9 +19,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 
+from ..._fs import write_atomic
 from ..tokenizers import Tokenizer, tokenizer_from_json
 from ..vocab import Vocabulary
-from ..._fs import write_atomic
 from .files import FILE_MODE
 
 logger = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ import lzma
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 from ..._fs import write_atomic
 
@@ -46,9 +46,9 @@ class FileSpec:
     sha256: str | None = None
     git_blob: str | None = None
     url: str | None = None
-    alternatives: tuple["FileSpec", ...] = ()
+    alternatives: tuple[FileSpec, ...] = ()
 
-    def candidates(self) -> tuple["FileSpec", ...]:
+    def candidates(self) -> tuple[FileSpec, ...]:
         return (self, *self.alternatives)
 
 
@@ -105,7 +105,7 @@ class FrozenFile(type(Path())):
     opened: bool = False
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> "FrozenFile":
+    def read(cls, path: str | os.PathLike) -> FrozenFile:
         frozen = cls(path)
         with open(path, "rb") as f:
             frozen.content = f.read()

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..tokenizers import SubwordTokenizer, Tokenizer
 from .base import CorpusSpec, Line, register_corpus

@@ -18,9 +18,9 @@ of the characters (option ``fractions``); the vocabulary is built from all loade
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import accumulate
 from pathlib import Path
-from typing import Iterator
 
 from ..tokenizers import CharTokenizer, Tokenizer, get_tokenizer, tokenizer_from_json
 from .base import CorpusSpec, Line, register_corpus

@@ -14,14 +14,13 @@
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..tokenizers import CharTokenizer, Tokenizer, WordTokenizer
 from ..vocab import Vocabulary
 from .base import CorpusSpec, Line, register_corpus
 from .files import CorpusError, FileSpec
-
 
 WIKITEXT2_TRAIN_GIT_BLOB = "2d84b35af79e411d73ea7cae83c73964c6ac83b4"  # sha256 unknown (no copy here)
 WIKITEXT2_SHA256 = {

@@ -1,15 +1,19 @@
 """Run with the code of commit fd98642 (before issue 14's refactor): writes a mid-epoch checkpoint of a toy
 run and the final weights of the same run uninterrupted."""
-import json, sys, shutil
+import json
+import shutil
+import sys
 from pathlib import Path
+
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from safetensors.torch import save_file
+
 sys.path.insert(0, str(Path(__import__("os").environ.get("PYTHONPATH", ".").split(":")[0]).resolve()))
 from tests.training.conftest import make_toy_corpus
 from tests.training.test_lightning_training import CrashAt, run
 
-out = Path(sys.argv[1]); tmp = Path(sys.argv[2])
+out, tmp = Path(sys.argv[1]), Path(sys.argv[2])
 options = dict(dropout_input=0.3, dropout_output=0.3, iterative_inference_step=0.1, cell="scrn", cell_options={"context_size": 4})
 corpus = make_toy_corpus()
 run(tmp / "straight", corpus, **options)
