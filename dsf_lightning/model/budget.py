@@ -25,10 +25,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import torch
 import yaml
 
-from . import LMConfig, RecurrentLM, count_parameters
+from . import LMConfig
 
 REFERENCE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\(([^()]*)\))?\s*:\s*([0-9]+)\s*$")
 OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([^=]+?)\s*$")
@@ -49,19 +48,16 @@ def lm_parameter_count(
     tie_weights: bool = False,
     cell_options: dict[str, Any] | None = None,
 ) -> int:
-    """Exact number of parameters of the LM with ``layers`` layers of ``hidden_size`` units, counted on a
-    ``meta``-device build (no memory is allocated)."""
-    config = LMConfig(
+    """Exact number of parameters of the LM with ``layers`` layers of ``hidden_size`` units
+    (:meth:`LMConfig.num_parameters`: a ``meta``-device build, no memory is allocated)."""
+    return LMConfig(
         vocab_size=vocab_size,
         cell=cell,
         hidden_sizes=[int(hidden_size)] * int(layers),
         cell_options=dict(cell_options or {}),
         embedding_size=embedding_size,
         tie_weights=tie_weights,
-    )
-    with torch.device("meta"):
-        model = RecurrentLM(config)
-    return count_parameters(model)
+    ).num_parameters()
 
 
 def resolve_budget(
