@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .._plotting import pyplot, save_png
+
 __all__ = [
     "DEFAULT_DPI",
     "plot_centroids",
@@ -30,22 +32,10 @@ DEFAULT_DPI = 100
 
 
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise ImportError("the analysis plots need matplotlib: pip install 'dsf-lightning[plots]' (or matplotlib)") from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot("the analysis plots")
 
 
-def _save(fig, path: Path, dpi: int) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, format="png")
-    _pyplot().close(fig)
-    return path
+_save = save_png
 
 
 def _figure(figsize: tuple[float, float], dpi: int, **kw):

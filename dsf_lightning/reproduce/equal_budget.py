@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._plotting import pyplot, save_png
+
 #: the cells compared, with the options used (the papers' default forms)
 CELLS: dict[str, dict[str, Any]] = {
     "delta-rnn": {"inner": "general", "gate": "data", "outer_activation": "identity"},
@@ -161,12 +163,7 @@ def _markdown(records: list[dict[str, Any]], verdict: dict[str, Any], args: argp
 
 
 def _plot(records: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    fig, ax = pyplot("the equal-budget plot").subplots(figsize=(7, 4.5), dpi=100)
     for r in records:
         curve = r["curve"]
         if not curve:
@@ -185,8 +182,7 @@ def _plot(records: list[dict[str, Any]], path: Path) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._fs import write_atomic
+from .._plotting import pyplot, save_png
 from .progress import read_progress, totals
 from .tables import Table
 
@@ -217,12 +218,9 @@ def plot_curves(table: Table, records: list[dict], path: Path) -> Path | None:
     """Validation metric against training CPU hours, one line per row, the published numbers dashed; None
     (and a log line) without matplotlib."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot as plt
-    except ImportError:
-        logger.info("no %s: matplotlib is not installed (pip install 'dsf-lightning[plots]')", path.name)
+        plt = pyplot(path.name)
+    except ImportError as err:
+        logger.info("no %s: %s", path.name, err)
         return None
     unit = {"ppl": "perplexity", "bpc": "bits per character", "nll": "nats per symbol", "error": "error"}
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=100, layout="constrained")
@@ -245,10 +243,7 @@ def plot_curves(table: Table, records: list[dict], path: Path) -> Path | None:
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def write_outputs(table: Table, state: dict, out: Path, scale: str) -> tuple[Path, Path]:
