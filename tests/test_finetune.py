@@ -103,8 +103,8 @@ def test_the_data_must_use_the_pretrained_vocabulary(toy):
 
 def test_merge_architecture_keeps_regularization_free():
     pretrained = LMConfig(vocab_size=10, cell="delta-rnn", hidden_sizes=[8], cell_options={"dropout": 0.5}, embedding_size=4)
-    cell, sizes, options, emb, tie = merge_architecture(pretrained, {"cell_options": {"dropout": 0.1}}, vocab_size=10)
-    assert (cell, sizes, options, emb, tie) == ("delta-rnn", [8], {"dropout": 0.1}, 4, False)
+    merged = merge_architecture(pretrained, {"cell_options": {"dropout": 0.1}}, vocab_size=10)
+    assert merged == dict(cell="delta-rnn", hidden_sizes=[8], cell_options={"dropout": 0.1}, embedding_size=4, tie_weights=False)
     # an option the pretrained cell ran with by default is not a conflict
     merge_architecture(pretrained, {"cell_options": {"inner": "general"}}, vocab_size=10)
     with pytest.raises(FinetuneConfigError, match="cell_options"):
@@ -119,8 +119,8 @@ def test_the_fast_or_reference_path_may_be_chosen_when_fine_tuning_any_cell():
     """``implementation`` picks a code path, not an architecture: fine-tuning may set it for every cell."""
     for cell, options in (("scrn", {"context_size": 4}), ("irlm", {}), ("lstm", {}), ("delta-rnn", {})):
         pretrained = LMConfig(vocab_size=10, cell=cell, hidden_sizes=[8], cell_options=options)
-        _, _, merged, _, _ = merge_architecture(pretrained, {"cell_options": {"implementation": "reference"}}, vocab_size=10)
-        assert merged == {**options, "implementation": "reference"}, cell
+        merged = merge_architecture(pretrained, {"cell_options": {"implementation": "reference"}}, vocab_size=10)
+        assert merged["cell_options"] == {**options, "implementation": "reference"}, cell
 
 
 def test_fine_tuning_the_bundled_delta_rnn_ptb(tmp_path, monkeypatch):

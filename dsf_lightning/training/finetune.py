@@ -73,8 +73,8 @@ def merge_architecture(
     vocab_size: int,
     parameter_budget=None,
     source: str = "the pretrained model",
-) -> tuple[str, list[int], dict[str, Any], int | None, bool]:
-    """``(cell, hidden_sizes, cell_options, embedding_size, tie_weights)`` for fine-tuning ``pretrained``.
+) -> dict[str, Any]:
+    """``{cell, hidden_sizes, cell_options, embedding_size, tie_weights}`` for fine-tuning ``pretrained``.
 
     ``given`` holds the module's architecture arguments as passed: one equal to its default is replaced
     by the pretrained value; one that differs from both raises :class:`FinetuneConfigError`. The
@@ -117,8 +117,7 @@ def merge_architecture(
             f"init_from {source}: the architecture comes from the pretrained config, but these arguments "
             f"contradict it: {'; '.join(conflicts)}. Leave them out (or at their defaults), or match the pretrained values"
         )
-    return (merged["cell"], list(merged["hidden_sizes"]), merged["cell_options"], merged["embedding_size"],
-            merged["tie_weights"])
+    return {**merged, "hidden_sizes": list(merged["hidden_sizes"])}
 
 
 def corpus_options_for(corpus_name: str, options: dict[str, Any], pretrained) -> dict[str, Any]:

@@ -175,11 +175,14 @@ class LanguageModelModule(L.LightningModule):
     ) -> None:
         super().__init__()
         pretrained = None
+        # what the model is built with where it is not the arguments: the pretrained architecture (init_from),
+        # the hidden size that meets a parameter budget; recorded in hparams, which LMConfig.from_hparams reads
+        built: dict[str, Any] = {}
         if init_from is not None:
             from .finetune import load_for_finetuning, merge_architecture
 
             pretrained = load_for_finetuning(init_from)
-            cell, hidden_sizes, cell_options, embedding_size, tie_weights = merge_architecture(
+            built = merge_architecture(
                 pretrained.config,
                 dict(cell=cell, hidden_sizes=hidden_sizes, cell_options=cell_options,
                      embedding_size=embedding_size, tie_weights=tie_weights),
@@ -194,7 +197,7 @@ class LanguageModelModule(L.LightningModule):
                 cell, parameter_budget, vocab_size, layers=layers, embedding_size=embedding_size,
                 tie_weights=tie_weights, cell_options=cell_options,
             )
-            hidden_sizes = budget_sizes = [size] * layers  # recorded in hparams below
+            built["hidden_sizes"] = budget_sizes = [size] * layers
         if not 0.0 < lr_decay_factor <= 1.0:
             raise ValueError(f"lr_decay_factor must be in (0, 1], got {lr_decay_factor!r}")
         if isinstance(l1_weight, bool) or not isinstance(l1_weight, (int, float)) or not l1_weight >= 0:
@@ -207,10 +210,7 @@ class LanguageModelModule(L.LightningModule):
                               **{f"param_group_lr[{k!r}]": v for k, v in (param_group_lr or {}).items()},
                               **({} if isinstance(nce_log_z, str) else {"nce_log_z": (nce_log_z, None)}))
         self.save_hyperparameters()
-        # what the model is built with (under LightningCLI the hparams are the arguments as given)
-        if pretrained is not None or budget_sizes is not None:
-            self.hparams.update(cell=cell, hidden_sizes=hidden_sizes, cell_options=cell_options,
-                                embedding_size=embedding_size, tie_weights=tie_weights)
+        self.hparams.update(built)  # under LightningCLI the hparams are the arguments as given
         self.config = LMConfig.from_hparams(self.hparams)
         self.model = RecurrentLM(self.config)
         self.budget_hidden_sizes = budget_sizes
