@@ -16,7 +16,6 @@ import logging
 import os
 from pathlib import Path
 
-from .classification import TextClassifier
 from .hub import publish
 from .hub._folder import (
     AUTO,
@@ -34,8 +33,9 @@ from .hub.registry import HUB_KEYWORDS, PUBLISHED, _cached, check_keywords, load
 from .model import LMConfig, RecurrentLM
 from .model.pretrained import load_pretrained
 from .scoring import Scorer
-from .tasks.modules import SequenceClassifier
-from .tasks.pretrained import ARCHITECTURE, load_classifier
+
+# the text-classifier side (dsf_lightning.tasks, which brings Lightning) is imported where a classifier is met,
+# so that scoring text with a language model stays quick to start
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ def from_pretrained(name_or_path: str | os.PathLike, revision: str | None = None
     hub = {k: options.pop(k) for k in list(options) if k in HUB_KEYWORDS and k != "revision"}
     folder = resolve(name_or_path, revision, **hub)
     if folder_task(check_folder(folder)) == TEXT_CLASSIFICATION:
+        from .classification import TextClassifier
+
         return TextClassifier.from_pretrained(folder, **options)
     return Scorer.from_pretrained(folder, **options)
 
@@ -116,6 +118,9 @@ def folder_summary(folder: Path) -> dict:
 def _parameters(task: str, model: dict) -> int:
     """Parameters of the model a folder's config.json describes (built on the CPU; shared tensors once)."""
     if task == TEXT_CLASSIFICATION:
+        from .tasks.modules import SequenceClassifier
+        from .tasks.pretrained import ARCHITECTURE
+
         module = SequenceClassifier(**{k: model[k] for k in ARCHITECTURE})
     else:
         module = RecurrentLM(LMConfig.from_dict(model))
@@ -131,6 +136,8 @@ def load_folder(folder, *, task: str = LANGUAGE_MODEL, dtype=None):
     if task == AUTO:
         task = folder_task(check_folder(folder))
     if task == TEXT_CLASSIFICATION:
+        from .tasks.pretrained import load_classifier
+
         return load_classifier(folder, dtype=dtype)
     return load_pretrained(folder, dtype=dtype)
 

@@ -35,7 +35,6 @@ from typing import Any
 import torch
 
 from .hub.registry import HUB_KEYWORDS, check_keywords, resolve
-from .tasks.pretrained import load_classifier
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +123,8 @@ class TextClassifier:
         check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "dtype", "device", "batch_size", "max_length"))
         folder = resolve(name_or_path, revision, cache_dir=cache_dir, force_download=force_download,
                          local_files_only=local_files_only, token=token)
+        from .tasks.pretrained import load_classifier  # Lightning comes with it: only when a classifier is loaded
+
         pretrained = load_classifier(folder, dtype=dtype)
         return cls(pretrained, device=device, batch_size=batch_size, max_length=max_length, folder=folder)
 
