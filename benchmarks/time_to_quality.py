@@ -227,9 +227,10 @@ def run_ours(tracker: Tracker, recipe: str, data_root: str, overrides: list[str]
 
     from dsf_lightning.cli import lightning_cli
 
+    recipe_path = Path(recipe).resolve()  # before the chdir: a relative recipe names a file under the caller's folder
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
-    args = ["--config", str(Path(recipe).resolve()), f"--data.data_root={data_root}",
+    args = ["--config", str(recipe_path), f"--data.data_root={data_root}",
             "--trainer.enable_progress_bar=false", "--trainer.max_epochs=1000", *overrides]
     cli = lightning_cli(args, run=False)
     trainer, module, data = cli.trainer, cli.model, cli.datamodule
@@ -253,8 +254,7 @@ def run_ours(tracker: Tracker, recipe: str, data_root: str, overrides: list[str]
 
     trainer.callbacks.append(Measure())
     trainer.fit(module, data)
-    shown = Path(recipe).resolve()
-    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown
+    shown = recipe_path.relative_to(ROOT) if recipe_path.is_relative_to(ROOT) else recipe_path
     return {"parameters": int(sum(p.numel() for p in module.parameters())), "steps": trainer.global_step,
             "recipe": str(shown), "overrides": overrides}
 
