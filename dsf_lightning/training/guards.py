@@ -43,6 +43,18 @@ def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.detach()).all())
 
 
+def _nonfinite(tensors: list[torch.Tensor]) -> list[int]:
+    """The indices of the tensors that hold NaN or infinity.
+
+    A sum holding a NaN or an infinity is never finite, so finite sums prove finite tensors in one pass
+    that allocates nothing (``isfinite(t).all()`` builds a bool copy of every tensor: ~17x slower on a
+    20M-parameter LSTM) and one device sync, not one per tensor. Only when a sum is not finite are the
+    tensors checked one by one (a sum of finite values can overflow)."""
+    if not tensors or bool(torch.stack([t.detach().sum() for t in tensors]).isfinite().all()):
+        return []
+    return [i for i, t in enumerate(tensors) if not _finite(t)]
+
+
 class NonFiniteGuard(L.Callback):
     """Skip (or stop on) training steps whose loss or gradients are NaN / infinite; reset the carried
     state after them.
@@ -103,11 +115,9 @@ class NonFiniteGuard(L.Callback):
 
     @staticmethod
     def _bad_gradients(optimizer) -> list[int]:
-        return [
-            i
-            for i, p in enumerate(p for group in optimizer.param_groups for p in group["params"])
-            if p.grad is not None and not _finite(p.grad)
-        ]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        with_grad = [i for i, p in enumerate(params) if p.grad is not None]
+        return [with_grad[j] for j in _nonfinite([params[i].grad for i in with_grad])]
 
     @staticmethod
     def _has_scaler(trainer: L.Trainer) -> bool:
@@ -165,13 +175,8 @@ class NonFiniteGuard(L.Callback):
 
     def _check_weights(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         params = [(n, p) for n, p in pl_module.named_parameters() if p.is_floating_point()]
-        # a sum holding a NaN or an infinity is never finite, so finite sums prove finite weights in one
-        # pass that allocates nothing (isfinite(p).all() builds a bool copy of every weight: ~17x slower on
-        # a 20M-parameter LSTM); one device sync per step, not one per tensor
-        if not params or bool(torch.stack([p.detach().sum() for _, p in params]).isfinite().all()):
-            return
-        bad = [n for n, p in params if not _finite(p)]
-        if not bad:  # the sum of finite weights overflowed: the weights themselves are finite
+        bad = [params[i][0] for i in _nonfinite([p for _, p in params])]
+        if not bad:
             return
         rates = sorted({g["lr"] for opt in trainer.optimizers for g in opt.param_groups})
         raise NonFiniteError(
