@@ -24,3 +24,33 @@ def test_with_schedule_steps_plateaus_after_validation_and_others_every_epoch():
     assert with_schedule(opt, plateau)["lr_scheduler"] == {"scheduler": plateau, "monitor": "val_loss", "strict": False}
     step = torch.optim.lr_scheduler.StepLR(opt, 1)
     assert with_schedule(opt, step) == {"optimizer": opt, "lr_scheduler": {"scheduler": step, "interval": "epoch"}}
+
+
+def _steps(optimizer_name, fused, dtype=torch.float64, steps=5, **settings):
+    """Parameters after ``steps`` updates on fixed gradients, the fused kernel on or off."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(7, 3, dtype=dtype, generator=g)), torch.nn.Parameter(torch.randn(5, dtype=dtype, generator=g))]
+    opt = (torch.optim.Adam(params, fused=fused, **settings) if optimizer_name == "adam"
+           else torch.optim.SGD(params, fused=fused, **settings))
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, dtype=dtype, generator=g)
+        opt.step()
+    return [p.detach() for p in params]
+
+
+def test_adam_and_sgd_take_the_fused_kernel_where_every_parameter_allows_it():
+    params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3, 2))]
+    assert build_optimizer("adam", params, lr=0.01).defaults["fused"] is True
+    assert build_optimizer("sgd", params, lr=0.5, momentum=0.9).defaults["fused"] is True
+    assert not build_optimizer("rmsprop", params, lr=0.5).defaults.get("fused")
+    group = build_optimizer("adam", [{"params": iter(params), "lr": 0.1}], lr=0.01)  # a generator in a group is kept
+    assert group.defaults["fused"] is True and len(group.param_groups[0]["params"]) == 2
+    assert not build_optimizer("adam", [torch.nn.Parameter(torch.zeros(2).to_sparse())],
+                               lr=0.01).defaults.get("fused")
+
+
+@pytest.mark.parametrize("name, settings", [("adam", {"lr": 0.01, "weight_decay": 0.1}), ("sgd", {"lr": 0.5, "momentum": 0.9})])
+def test_the_fused_update_is_the_plain_update_in_float64(name, settings):
+    for fused, plain in zip(_steps(name, True, **settings), _steps(name, False, **settings)):
+        torch.testing.assert_close(fused, plain, rtol=1e-13, atol=1e-15)
