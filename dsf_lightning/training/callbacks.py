@@ -7,6 +7,8 @@
 * :class:`GradientNormMonitor`: logs the total gradient norm before clipping and counts clipped steps.
 * :class:`CpuTimeBudget`: stops training after a budget of process CPU time spent in training batches
   (comparisons at equal compute on a shared, noisy machine, where wall time is not fair).
+* :class:`LateDropout`: trains without dropout for the first epochs, then ramps every dropout rate of the
+  language model up to the recipe's values (fast progress under a short budget, regularization later).
 
 All three find the weights through the LightningModule they are attached to; the column normalization
 needs the :class:`~dsf_lightning.model.RecurrentLM`, found as ``pl_module.model`` (``model_attr``).
@@ -436,3 +438,65 @@ class CpuTimeBudget(L.Callback):
         self.tokens = int(state_dict["tokens"])
         self.steps = int(state_dict["steps"])
         self.curve = list(state_dict.get("curve", []))
+
+
+# ---------------------------------------------------------------------------------------------
+#: the LMConfig rates :class:`LateDropout` scales (the cells' own rates, e.g. DSF eq. 12, are scaled too)
+_MODEL_DROPOUTS = ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output")
+
+
+class LateDropout(L.Callback):
+    """No dropout for the first ``start`` epochs, then every dropout rate ramps linearly up to the recipe's
+    values over ``ramp`` epochs ("late dropout", Liu et al. 2023, *Dropout Reduces Underfitting*, sec. 5).
+
+    Dropout slows the first epochs (it fights overfitting that has not begun yet); a model trained for
+    a short budget learns faster without it and one trained for long still needs it. The rates scaled are
+    the model's (``dropout_embedding``, ``dropout_input``, ``dropout_hidden``, ``dropout_output``) and every
+    cell's own ``dropout`` (the Delta-RNN's eq. 12). Progress is counted in epochs, fractions included
+    (``epoch + batch / batches``), so the factor is a function of the training position and a resumed run
+    gets the same rates. The recipe's rates are restored when ``fit`` ends.
+
+    Args:
+        start: epochs trained with no dropout at all (>= 0).
+        ramp: epochs over which the rates then grow linearly to the recipe's values (>= 0; 0: at once).
+        model_attr: the attribute of the LightningModule that holds the :class:`RecurrentLM`.
+    """
+
+    def __init__(self, start: float = 1.0, ramp: float = 1.0, model_attr: str = "model") -> None:
+        for name, value in (("start", start), ("ramp", ramp)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"LateDropout: {name} must be a non-negative number of epochs, got {value!r}")
+        self.start, self.ramp, self.model_attr = float(start), float(ramp), model_attr
+        self._targets: list[tuple[Any, str, float]] | None = None  # (object, attribute, recipe rate)
+        self.factor = 1.0
+
+    def factor_at(self, epochs: float) -> float:
+        """The fraction of the recipe's rates in force after ``epochs`` (fractional) epochs of training."""
+        if epochs < self.start:
+            return 0.0
+        return 1.0 if self.ramp == 0 else min(1.0, (epochs - self.start) / self.ramp)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        model = _find_lm(pl_module, self.model_attr)
+        targets = [(model.config, name, float(getattr(model.config, name))) for name in _MODEL_DROPOUTS]
+        targets += [(layer, "dropout", float(layer.dropout)) for layer in model.layers
+                    if isinstance(getattr(layer, "dropout", None), float)]
+        self._targets = [t for t in targets if t[2] > 0]
+        if not self._targets:
+            warnings.warn("LateDropout: the model has no dropout to schedule (every rate is 0); it changes nothing", stacklevel=2)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        batches = trainer.num_training_batches
+        fraction = batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0
+        self._apply(self.factor_at(trainer.current_epoch + fraction))
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._apply(1.0)  # the recipe's rates again: a checkpoint or export after fit sees the configured model
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._apply(1.0)
+
+    def _apply(self, factor: float) -> None:
+        self.factor = factor
+        for owner, name, rate in self._targets or ():
+            setattr(owner, name, rate * factor)

@@ -70,6 +70,7 @@ ALLOWED_CLASSES: tuple[str, ...] = (
     "dsf_lightning.training.callbacks.PolyakAveraging",
     "dsf_lightning.training.callbacks.GradientNormMonitor",
     "dsf_lightning.training.callbacks.CpuTimeBudget",
+    "dsf_lightning.training.callbacks.LateDropout",
     "dsf_lightning.training.prediction.TokenLogprobWriter",
     "dsf_lightning.training.guards.NonFiniteGuard",
     "dsf_lightning.training.checkpoint_io.AtomicCheckpointIO",
