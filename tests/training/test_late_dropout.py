@@ -75,3 +75,25 @@ def test_a_recipe_may_name_it(tmp_path):
     from dsf_lightning.training.recipe_guard import ALLOWED_CLASSES
 
     assert "dsf_lightning.training.callbacks.LateDropout" in ALLOWED_CLASSES
+
+
+@pytest.mark.parametrize("crash_step", [4, 13])  # in the dropout-free start; in the ramp (second epoch)
+def test_a_run_resumed_mid_ramp_ends_with_the_same_weights(tmp_path, toy_corpus, crash_step):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from .test_lightning_training import CrashAt, read, run
+
+    def late():
+        return LateDropout(start=0.5, ramp=1.0)
+
+    run(tmp_path / "straight", toy_corpus, callbacks=[late()], **DROPPING)
+    _, straight, _ = read(tmp_path / "straight")
+    save = dict(dirpath=tmp_path / "ckpts", every_n_train_steps=2, save_top_k=-1, save_last=True)
+    with pytest.raises(BaseException):
+        run(tmp_path / "crashed", toy_corpus, callbacks=[late(), ModelCheckpoint(**save), CrashAt(crash_step)],
+            trainer_kwargs={"enable_checkpointing": True}, **DROPPING)
+    run(tmp_path / "resumed", toy_corpus, callbacks=[late(), ModelCheckpoint(**save)],
+        ckpt_path=str(tmp_path / "ckpts" / "last.ckpt"), trainer_kwargs={"enable_checkpointing": True}, **DROPPING)
+    _, resumed, _ = read(tmp_path / "resumed")
+    for name in straight:
+        torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
