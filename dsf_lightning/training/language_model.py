@@ -35,8 +35,8 @@ from torch import Tensor
 
 from .._checks import check_bool
 from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
-from ..regularizers import l1_penalty, sobolev_penalty
 from ..ops.linear_cross_entropy import linear_cross_entropy
+from ..regularizers import l1_penalty, sobolev_penalty
 from .optim import build_optimizer, with_schedule
 from .sampled_softmax import SampledLoss, decoder_parameters
 
