@@ -1,8 +1,11 @@
 """A checkpoint written before issue 14 moved the package's modules still resumes exactly (tests/data/pre_refactor:
 written by the code of commit fd98642 with its make.py): resuming it with today's code ends on the weights and
-validation loss of the same run left uninterrupted under the old code."""
+validation loss of the same run left uninterrupted under the old code, to float round-off: since then the
+training loss (fused_loss) and Adam (torch's fused kernel) compute the same values in another order, so the
+last bits differ (the same code resuming its own checkpoints stays bit-exact: test_lightning_training)."""
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -26,6 +29,6 @@ def test_a_checkpoint_from_before_the_refactor_resumes_to_the_same_weights(tmp_p
     resumed = torch.load(tmp_path / "resumed" / "weights.pt")
     assert set(resumed) == set(straight)
     for name in straight:
-        torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(resumed[name], straight[name], rtol=1e-5, atol=1e-6, msg=name)
     metrics = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
-    assert metrics["val_loss"] == json.loads((DATA / "straight_metrics.json").read_text())["val_loss"]
+    assert math.isclose(metrics["val_loss"], json.loads((DATA / "straight_metrics.json").read_text())["val_loss"], rel_tol=1e-6)
