@@ -132,11 +132,12 @@ def _find_kernel():
 _IP = _find_kernel()
 
 
-def _autocast_cpu_active() -> bool:
+def _autocast_active(device_type: str = "cpu") -> bool:
+    """Whether autocast is on for ``device_type`` (its products then return bf16 / fp16)."""
     try:
-        return torch.is_autocast_enabled("cpu")
+        return torch.is_autocast_enabled(device_type)
     except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled()
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
 def _compiling() -> bool:
@@ -187,7 +188,7 @@ def would_use_fast_path(x: Tensor, weight: Tensor, bias: Tensor | None = None) -
     tensors = (x, weight) if bias is None else (x, weight, bias)
     if torch.overrides.has_torch_function(tensors):
         return False
-    if _autocast_cpu_active():
+    if _autocast_active("cpu"):
         return False
     if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # no jvp rule: F.linear handles duals
         return False
@@ -332,7 +333,7 @@ class SequenceLinear:
             and not _functorch_active()
             and getattr(torch.autograd.forward_ad, "_current_level", -1) < 0
             and not _compiling()
-            and not _autocast_cpu_active()
+            and not _autocast_active(weight.device.type)  # the steps' x_t come out of bf16 / fp16 products
             and not torch.overrides.has_torch_function((weight,))
         )
         if self.deferred:
