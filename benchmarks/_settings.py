@@ -14,12 +14,15 @@ DEFAULT_DATA_ROOT = str(Path(__file__).resolve().parents[2] / "shared" / "data")
 @dataclasses.dataclass
 class Settings:
     mode: str = "full"  # "full" | "quick" | "tiny"
+    device: str = "cpu"  # where the parts that take a device (DEVICE_PARTS in run.py) run: "cpu" or "cuda[:N]"
     data_root: str = dataclasses.field(default_factory=lambda: os.environ.get("DSF_DATA_ROOT") or DEFAULT_DATA_ROOT)
     # part 1: cells vs nn.LSTM / nn.GRU, forward + backward
     batch: int = 64
     bptt: int = 35
     cell_hidden: tuple[int, ...] = (256, 512, 1024)
     cell_rounds: int = 5
+    cell_compiled: tuple[str, ...] = ()  # cells also timed through torch.compile (run.py: delta-rnn on CUDA)
+    compile_backend: str = "inductor"  # --tiny: "eager" (the code path without minutes of code generation)
     # part 2: recurrent matmul GFLOP/s against the measured peak
     flops_hidden: tuple[int, ...] = (512, 1024)
     flops_rounds: int = 5

@@ -57,7 +57,30 @@ def use_wall_clock(wall: bool = True) -> None:
 
 
 def clock_name() -> str:
-    return "wall time (time.perf_counter)" if now is time.perf_counter else "process CPU time (time.process_time)"
+    wall = "wall time (time.perf_counter)" + (", the GPU synchronized at both ends" if sync is not _no_sync else "")
+    return wall if now is time.perf_counter else "process CPU time (time.process_time)"
+
+
+def _no_sync() -> None:
+    return None
+
+
+#: Waits for queued device work before each clock reading (``torch.cuda.synchronize`` once
+#: :func:`use_device` names a CUDA device): a GPU kernel runs after the Python call that launched it returns.
+sync: Callable[[], None] = _no_sync
+
+
+def use_device(device: str) -> None:
+    """Time work on ``device``: on CUDA, wall time with the GPU synchronized at both ends of a sample
+    (the process CPU time of a GPU job counts only the launches)."""
+    global sync
+    import torch
+
+    if torch.device(device).type == "cuda":
+        use_wall_clock(True)
+        sync = torch.cuda.synchronize
+    else:
+        sync = _no_sync
 
 
 def clock(fn: Callable[[], Any], inner: int = 1, self_timed: bool = False) -> float:
@@ -65,9 +88,11 @@ def clock(fn: Callable[[], Any], inner: int = 1, self_timed: bool = False) -> fl
     returns the seconds to count itself (e.g. steady-state steps only, without its set-up)."""
     if self_timed:
         return sum(float(fn()) for _ in range(inner)) / inner
+    sync()
     t0 = now()
     for _ in range(inner):
         fn()
+    sync()
     return (now() - t0) / inner
 
 
@@ -314,6 +339,8 @@ def machine_info() -> dict[str, str]:
         "date": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "load average at start": load,
         "clock": clock_name(),
+        **({"GPU": f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()})"}
+           if sync is not _no_sync else {}),
     }
 
 

@@ -5,7 +5,11 @@ One contender is one whole-sequence forward ``[B, T, H] -> [B, T, H]`` from the 
 backward of a fixed random output gradient (into the parameters and the input), as in a first layer.
 All cells of one H run round-robin with the two torch baselines; the ratio is per round.
 
+``--device cuda`` runs the same on a GPU (``nn.LSTM`` / ``nn.GRU`` are cuDNN's there), timed by wall
+clock with the GPU synchronized, and adds ``torch.compile`` of the cells in ``Settings.cell_compiled``.
+
     OMP_NUM_THREADS=1 python -m benchmarks --only 1
+    python -m benchmarks --device cuda              # part 1 on the GPU, into benchmarks/cuda/
 """
 
 from __future__ import annotations
@@ -27,19 +31,23 @@ def _torch_rnn(kind: str, H: int) -> nn.Module:
     return (nn.LSTM if kind == "nn.LSTM" else nn.GRU)(H, H, batch_first=True)
 
 
-def fwd_bwd(module: nn.Module, B: int, T: int, H: int, *, torch_rnn: bool = False, seed: int = 0):
-    """A closure running one forward + backward of ``module`` on fixed random data."""
+def fwd_bwd(module: nn.Module, B: int, T: int, H: int, *, device: str = "cpu", seed: int = 0,
+            forward=None):
+    """A closure running one forward + backward of ``module`` (on ``device``) on fixed random data;
+    ``forward``: what to call instead of ``module`` (e.g. its ``torch.compile``)."""
+    module = module.to(device)
+    forward = module if forward is None else forward
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(B, T, H, generator=gen).requires_grad_()
+    x = torch.randn(B, T, H, generator=gen).to(device).requires_grad_()
     with torch.no_grad():
         out = module(x)[0]
-    g = torch.randn(out.shape, generator=gen)
+    g = torch.randn(out.shape, generator=gen).to(device)
 
     def run():
         x.grad = None
         for p in module.parameters():
             p.grad = None
-        y = module(x)[0]
+        y = forward(x)[0]
         y.backward(g)
 
     return run
@@ -55,9 +63,13 @@ def run(settings: Settings) -> PartResult:
         torch.manual_seed(0)
         contenders = {}
         for kind in BASELINES:
-            contenders[kind] = fwd_bwd(_torch_rnn(kind, H), B, T, H)
+            contenders[kind] = fwd_bwd(_torch_rnn(kind, H), B, T, H, device=settings.device)
         for name in cells:
-            contenders[name] = fwd_bwd(build_cell(name, H, H), B, T, H)
+            contenders[name] = fwd_bwd(build_cell(name, H, H), B, T, H, device=settings.device)
+        for name in settings.cell_compiled:
+            cell = build_cell(name, H, H)
+            compiled = torch.compile(cell, backend=settings.compile_backend)
+            contenders[f"{name} (torch.compile)"] = fwd_bwd(cell, B, T, H, device=settings.device, forward=compiled)
         timings = interleave(contenders, rounds=settings.cell_rounds, warmup=1)
         case = f"B={B} T={T} H={H}"
         for name in contenders:
@@ -70,7 +82,7 @@ def run(settings: Settings) -> PartResult:
     Hs = settings.cell_hidden
     header = ["cell"] + [f"H={H} k tok/s" for H in Hs] + [f"H={H} vs nn.LSTM" for H in Hs] + [f"H={H} vs nn.GRU" for H in Hs]
     body = []
-    for name in (*BASELINES, *cells):
+    for name in contenders:
         r = table[name]
         body.append([f"`{name}`"] + [f"{r[H][0].median / 1e3:.1f}" for H in Hs]
                     + [fmt_ratio(r[H][1]) for H in Hs] + [fmt_ratio(r[H][2]) for H in Hs])
@@ -78,7 +90,10 @@ def run(settings: Settings) -> PartResult:
     md = (
         f"Forward + backward of a whole `[B={B}, T={T}, H]` sequence (input size = H, gradient into the "
         f"input and every parameter), {settings.cell_rounds} rounds round-robin per H. Ratio > 1: faster "
-        "than the torch module (tokens/s ratio).\n\n" + md_table(header, body) + "\n\n"
+        "than the torch module (tokens/s ratio)."
+        + (f" Device: {settings.device} ({torch.cuda.get_device_name(settings.device)}; `nn.LSTM` / `nn.GRU` run "
+           "cuDNN), wall time with the GPU synchronized." if settings.device.startswith("cuda") else "")
+        + "\n\n" + md_table(header, body) + "\n\n"
         + "Cells at least as fast as `nn.LSTM`: "
         + ", ".join(f"{beat[H]}/{len(cells)} at H={H}" for H in Hs) + "."
     )

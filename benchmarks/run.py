@@ -15,6 +15,8 @@ Parts:
   6. text generation (Scorer.generate): new tokens/s at batch 1 and 8
   7. torch.compile (LanguageModelModule compile=true) vs uncompiled: training step and scoring, compile seconds
   8. score-document: one long document, exact vs parallel mode (streams) vs the window loop before issue 18
+  --device cuda: the parts that take a device (part 1) on a GPU, wall time with the GPU synchronized,
+     into benchmarks/cuda/ (nn.LSTM there is cuDNN's)
   time-to-quality (not in the default run; hours): ours vs pytorch/examples' LSTM, validation / test perplexity
      against training CPU minutes: `--only time-to-quality --minutes 80` (see benchmarks/time_to_quality.py)
 
@@ -41,7 +43,14 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`: make `benchmarks` i
     __package__ = "benchmarks"
 
 from benchmarks._settings import Settings  # noqa: E402
-from benchmarks._timing import machine_info, read_results, use_threads, use_wall_clock, write_results  # noqa: E402
+from benchmarks._timing import (  # noqa: E402
+    machine_info,
+    read_results,
+    use_device,
+    use_threads,
+    use_wall_clock,
+    write_results,
+)
 
 PARTS = {
     1: "benchmarks.bench_cells",
@@ -53,6 +62,8 @@ PARTS = {
     7: "benchmarks.bench_compile",
     8: "benchmarks.bench_score_document",
 }
+#: the parts that run on ``--device`` (the others measure CPU paths: oneDNN, the CPU allocator, the scorer)
+DEVICE_PARTS = (1,)
 #: names ``--only`` takes besides the numbers
 NAMES = {"score-document": 8}
 #: benchmarks with a command line and report of their own (hours of training, not a part of the suite):
@@ -80,6 +91,38 @@ def _standalone(argv: list[str]) -> str | None:
     return None
 
 
+def _check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--device``: a device torch knows and this machine has; on a GPU, only the parts that take one
+    (the default there), and results beside, not over, the CPU ones."""
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        parser.error(f"--device takes cpu or cuda[:N], got {args.device!r}")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device takes cpu or cuda[:N], got {args.device!r}")
+    if args.compile not in (None, "none"):
+        from dsf_lightning.cells import list_cells
+
+        unknown = [c for c in args.compile.split(",") if c not in list_cells()]
+        if unknown:
+            parser.error(f"--compile: unknown cell(s) {', '.join(unknown)}; cells: {', '.join(list_cells())}")
+    if device.type == "cpu":
+        return
+    if not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device here (torch {torch.__version__}); "
+                     "run on a GPU machine or leave --device out")
+    others = [p for p in args.only or () if p not in DEVICE_PARTS]
+    if others:
+        parser.error(f"--device {args.device}: parts {', '.join(map(str, others))} measure CPU paths; "
+                     f"the parts that take a device are {', '.join(map(str, DEVICE_PARTS))}")
+    args.only = args.only or list(DEVICE_PARTS)
+    if args.out == HERE:
+        args.out = HERE / "cuda"
+    args.out.mkdir(parents=True, exist_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else list(argv)
     standalone = _standalone(given)
@@ -99,18 +142,33 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: benchmarks/)")
     parser.add_argument("--wall", action="store_true", help="time with the wall clock instead of process CPU time")
     parser.add_argument("--data-root", default=None, help="corpora root (default: $DSF_DATA_ROOT, else ../shared/data beside the repository)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: runs the parts that take a "
+                        f"device ({', '.join(map(str, DEVICE_PARTS))}) there, results into benchmarks/cuda/ "
+                        "unless --out says otherwise")
+    parser.add_argument("--compile", default=None, metavar="CELL[,CELL...]",
+                        help="part 1 also times these cells through torch.compile (default: delta-rnn on CUDA, "
+                        "none on the CPU; 'none' for none)")
     args = parser.parse_args(argv)
+    _check_device(parser, args)
 
     threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
     use_threads(threads)
     use_wall_clock(args.wall)
+    use_device(args.device)
     # the allocator policy dsf training runs under (`dsf fit` applies it), for every part
     # of this process alike; part 3 measures what it is worth in fresh processes
     from dsf_lightning.training.allocator import MALLOC_TUNING_ENV, keep_freed_memory
 
     tuned = keep_freed_memory()
     mode = "quick" if args.quick else "tiny" if args.tiny else "full"
-    settings = Settings.for_mode(mode, **({"data_root": args.data_root} if args.data_root else {}))
+    overrides = {"data_root": args.data_root} if args.data_root else {}
+    if args.device != "cpu":  # the issue's sizes; the recurrence's launches are what a GPU step pays for
+        if mode == "full":
+            overrides["cell_hidden"] = (512, 1024)
+        overrides["cell_compiled"] = ("delta-rnn",)
+    if args.compile is not None:
+        overrides["cell_compiled"] = tuple(c for c in args.compile.split(",") if c and c != "none")
+    settings = Settings.for_mode(mode, device=args.device, **overrides)
     command = f"OMP_NUM_THREADS={threads} python -m benchmarks {shlex.join(sys.argv[1:] if argv is None else argv)}".strip()
     machine = machine_info()
     machine["allocator"] = ("glibc, large blocks kept for reuse (as dsf training sets it)" if tuned else
