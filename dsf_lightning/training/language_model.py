@@ -245,13 +245,18 @@ class LanguageModelModule(L.LightningModule):
     def num_parameters(self) -> int:
         return count_parameters(self.model)
 
+    def _state_dtype(self) -> torch.dtype:
+        """The carried state's dtype: the weights' (float32 under mixed precision, float64 under
+        ``precision="64-true"``)."""
+        return next((p.dtype for p in self.model.parameters() if p.is_floating_point()), torch.float32)
+
     def _state_for(self, stage: str, index: int, batch_size: int) -> ModelState:
         """The carried state for this window: zeros at window 0, else what the last window left."""
         if stage in getattr(self, "_reset_pending", ()):  # reset_carried_state() with nothing carried
             self._reset_pending.discard(stage)
             if stage == "train":
                 self._restored_train_state = None
-            return self.model.init_state(batch_size, self.device, torch.float32)
+            return self.model.init_state(batch_size, self.device, self._state_dtype())
         state = self._carried[stage]
         if stage == "train" and index > 0 and state is None and self._restored_train_state is not None:
             state = self._unflatten_state(self._restored_train_state)
@@ -262,7 +267,7 @@ class LanguageModelModule(L.LightningModule):
                     f"{stage} window {index} arrived without the carried state of window {index - 1}: "
                     "resume from a checkpoint written by this module, or start the epoch from window 0"
                 )
-            state = self.model.init_state(batch_size, self.device, torch.float32)
+            state = self.model.init_state(batch_size, self.device, self._state_dtype())
         return state
 
     def _seed_window(self, index: int) -> None:
@@ -347,7 +352,8 @@ class LanguageModelModule(L.LightningModule):
         self._seed_window(index)
         state = self._state_for("train", index, inputs.shape[0])
         loss, final_state = self._training_loss(inputs, targets, state)
-        self._carried["train"] = tuple(tuple(s.detach().float() for s in layer) for layer in final_state)
+        dtype = self._state_dtype()  # float32 under mixed precision: the state stays in the weights' dtype
+        self._carried["train"] = tuple(tuple(s.detach().to(dtype) for s in layer) for layer in final_state)
         if self.hparams.iterative_inference_step > 0 and torch.is_grad_enabled():
             for layer in final_state:
                 for s in layer:
@@ -381,7 +387,7 @@ class LanguageModelModule(L.LightningModule):
         inputs, targets, index = batch
         state = self._state_for(stage, int(index), inputs.shape[0])
         logits, final_state = self._compiled(self.model)(inputs, state)
-        self._carried[stage] = detach_state(tuple(tuple(s.float() for s in layer) for layer in final_state))
+        self._carried[stage] = detach_state(tuple(tuple(s.to(self._state_dtype()) for s in layer) for layer in final_state))
         sums = self._sums.setdefault(stage, torch.zeros(2, dtype=torch.float64, device=self.device))
         sums[0] += self._nll(logits, targets).double()
         sums[1] += targets.numel()
@@ -401,7 +407,7 @@ class LanguageModelModule(L.LightningModule):
         inputs, targets, index = batch
         state = self._state_for("predict", int(index), inputs.shape[0])
         logits, final_state = self.model(inputs, state)
-        self._carried["predict"] = detach_state(tuple(tuple(s.float() for s in layer) for layer in final_state))
+        self._carried["predict"] = detach_state(tuple(tuple(s.to(self._state_dtype()) for s in layer) for layer in final_state))
         return {"logprobs": predict_logprobs(logits, targets).cpu(), "targets": targets.cpu(), "window": int(index)}
 
     def on_predict_epoch_start(self) -> None:
@@ -510,7 +516,7 @@ class LanguageModelModule(L.LightningModule):
         if state is None:
             self._reset_pending.add(stage)
             return
-        self._carried[stage] = self.model.init_state(state[0][0].shape[0], state[0][0].device, torch.float32)
+        self._carried[stage] = self.model.init_state(state[0][0].shape[0], state[0][0].device, self._state_dtype())
 
     def _train_loader(self):
         """This rank's training :class:`~dsf_lightning.data.streams.StreamWindows` (None if not known)."""

@@ -139,3 +139,10 @@ def test_param_group_learning_rates(toy_corpus):
     bad, _ = toy_modules(toy_corpus, param_group_lr={"log_r": 1e-5})
     with pytest.raises(ValueError, match="'log_r' matches no parameter"):
         bad.configure_optimizers()
+
+
+def test_double_precision_trains_with_a_float64_carried_state(tmp_path, toy_corpus):
+    module, trainer = run(tmp_path, toy_corpus, trainer_kwargs={"max_epochs": 1, "precision": "64-true"})
+    assert torch.isfinite(trainer.callback_metrics["val_ppl"])
+    assert all(p.dtype == torch.float64 for p in module.parameters())
+    assert all(s.dtype == torch.float64 for layer in module._carried["train"] for s in layer)
