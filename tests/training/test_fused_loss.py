@@ -57,11 +57,15 @@ def test_a_second_backward_is_refused_and_bad_shapes_named():
 
 def _module(**kwargs):
     torch.manual_seed(0)
-    return LanguageModelModule(vocab_size=40, hidden_sizes=[16], embedding_size=16, **kwargs).double()
+    return LanguageModelModule(vocab_size=40, **{"hidden_sizes": [16], "embedding_size": 16, **kwargs}).double()
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_the_training_loss_and_gradients_equal_the_plain_path_in_float64(tied, monkeypatch):
+@pytest.mark.parametrize("tied,options", [
+    (False, {}), (True, {}),
+    # SCRN Table 2's configuration: one-hot input (no embedding), the decoder reads [h_t; s_t]
+    (False, {"cell": "scrn", "cell_options": {"context_size": 4}, "embedding_size": 0}),
+], ids=["untied", "tied", "scrn-one-hot"])
+def test_the_training_loss_and_gradients_equal_the_plain_path_in_float64(tied, options, monkeypatch):
     calls = []
     real = lce_module.linear_cross_entropy
     monkeypatch.setattr("dsf_lightning.training.language_model.linear_cross_entropy",
@@ -70,7 +74,7 @@ def test_the_training_loss_and_gradients_equal_the_plain_path_in_float64(tied, m
     inputs, targets = torch.randint(0, 40, (3, 9), generator=g), torch.randint(0, 40, (3, 9), generator=g)
     results = {}
     for fused in (True, False):
-        module = _module(fused_loss=fused, tie_weights=tied)
+        module = _module(fused_loss=fused, tie_weights=tied, **options)
         module.train()
         loss, _ = module._training_loss(inputs, targets, None)
         loss.backward()
