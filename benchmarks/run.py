@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", default=None, metavar="CELL[,CELL...]",
                         help="part 1 also times these cells through torch.compile (default: delta-rnn on CUDA, "
                         "none on the CPU; 'none' for none)")
+    parser.add_argument("--compile-mode", default="default", choices=("default", "reduce-overhead", "max-autotune"),
+                        help="torch.compile's mode for --compile (reduce-overhead: CUDA graphs on a GPU)")
     args = parser.parse_args(argv)
     _check_device(parser, args)
 
@@ -168,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides["cell_compiled"] = ("delta-rnn",)
     if args.compile is not None:
         overrides["cell_compiled"] = tuple(c for c in args.compile.split(",") if c and c != "none")
+    overrides["compile_mode"] = args.compile_mode
     settings = Settings.for_mode(mode, device=args.device, **overrides)
     command = f"OMP_NUM_THREADS={threads} python -m benchmarks {shlex.join(sys.argv[1:] if argv is None else argv)}".strip()
     machine = machine_info()
