@@ -283,6 +283,14 @@ def contender_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _below(values: dict, key: str) -> str:
+    """``yes (-1.93)`` / ``no (+1.30)``: whether ours is below the peer on ``key``, and by how much."""
+    if not values["peer"] or not values["ours"]:
+        return ""
+    diff = values["ours"][key] - values["peer"][key]
+    return f"{'yes' if diff < 0 else 'no'} ({diff:+.2f})"
+
+
 def report(out: Path, budgets: tuple[float, ...], command: str) -> Path:
     """Both contenders' curves and budget tables -> ``time_to_quality.{json,md,png}``."""
     runs = {name: json.loads((out / f"{name}.json").read_text()) for name in ("peer", "ours")}
@@ -294,8 +302,8 @@ def report(out: Path, budgets: tuple[float, ...], command: str) -> Path:
              f"{info['ours']['parameters']:,} parameters. One thread each, started together.", "",
              f"Parameters ours / peer: {info['ours']['parameters'] / info['peer']['parameters']:.3f} "
              "(the issue asks for equal counts, +-1%).", "",
-             "| CPU minutes | peer best valid | peer test | ours best valid | ours test | ours below the peer |",
-             "| ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| CPU minutes | peer best valid | peer test | ours best valid | ours test | ours below on valid | ours below on test |",
+             "| ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for minutes in budgets:
         cells = []
         values = {}
@@ -303,8 +311,8 @@ def report(out: Path, budgets: tuple[float, ...], command: str) -> Path:
             rec = next((r for r in runs[name]["at_budget"] if r["minutes"] == minutes), None)
             values[name] = rec
             cells += [f"{rec['best_val_ppl']:.2f}", f"{rec['test_ppl']:.2f}"] if rec else ["", ""]
-        wins = (values["ours"]["test_ppl"] < values["peer"]["test_ppl"]) if values["peer"] and values["ours"] else None
-        lines.append(f"| {minutes:g} | " + " | ".join(cells) + f" | {'yes' if wins else 'no' if wins is False else ''} |")
+        verdicts = [_below(values, key) for key in ("best_val_ppl", "test_ppl")]
+        lines.append(f"| {minutes:g} | " + " | ".join(cells + verdicts) + " |")
     plot = _plot(runs, out / "time_to_quality.png")
     if plot:
         lines += ["", f"![validation perplexity against CPU minutes]({plot.name})"]
