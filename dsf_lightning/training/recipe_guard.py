@@ -243,6 +243,10 @@ def _is_container(value: Any) -> bool:
     return isinstance(value, (dict, list, tuple))
 
 
+def _too_deep(where: str) -> str:
+    return f"{where} is nested more than {MAX_CONFIG_DEPTH} levels deep (recipes need about 5); flatten the value"
+
+
 def check_config_structure(value: Any, where: str = "the config") -> None:
     """Raise :class:`ConfigTooComplexError` when ``value`` nests deeper than :data:`MAX_CONFIG_DEPTH`,
     contains itself, or expands to more than :data:`MAX_CONFIG_VALUES` values (YAML aliases or shared
@@ -279,10 +283,7 @@ def check_config_structure(value: Any, where: str = "the config") -> None:
             raise ConfigTooComplexError(f"{where} contains itself (a YAML alias inside the anchor it refers to); "
                                         "write the value out")
         if len(on_path) >= MAX_CONFIG_DEPTH:
-            raise ConfigTooComplexError(
-                f"{where} is nested more than {MAX_CONFIG_DEPTH} levels deep (recipes need about 5); "
-                "flatten the value"
-            )
+            raise ConfigTooComplexError(_too_deep(where))
         on_path.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in children if _is_container(child))
@@ -374,7 +375,14 @@ def recipe_policy() -> Iterator[_Policy]:
         (:func:`check_config_structure`) and records a refusal in the policy."""
 
         def load(stream, *args, **kwargs):
-            value = loader(stream, *args, **kwargs)
+            try:
+                value = loader(stream, *args, **kwargs)
+            except _YAMLError as err:
+                if "nesting depth" not in str(err):
+                    raise
+                # PyYAML >= 6.0.4 refuses nesting past ~1000 levels itself: the same refusal as ours
+                policy.too_complex.append(_too_deep("the config"))
+                raise ConfigTooComplexError(policy.too_complex[-1]) from err
             try:
                 check_config_structure(value)
             except ConfigTooComplexError as err:
