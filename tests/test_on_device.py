@@ -170,7 +170,11 @@ def test_a_mixed_precision_training_step_of_every_cell_on_the_device(cell, preci
 
 def test_ddp_on_the_device_trains_as_the_plain_run_does():
     plain = _train("delta-rnn", steps=4)[2].losses
-    module, _, ddp = _train("delta-rnn", steps=4, strategy="ddp")
+    try:
+        module, _, ddp = _train("delta-rnn", steps=4, strategy="ddp")
+    finally:  # Lightning leaves the process group up: a later ddp_fork run in this process would hang in it
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     assert module.trainer.strategy.__class__.__name__ == "DDPStrategy"
     assert ddp.params == {(torch.float32, DEVICE.type)}
     torch.testing.assert_close(torch.tensor(ddp.losses), torch.tensor(plain), rtol=1e-5, atol=1e-6)
