@@ -71,7 +71,7 @@ def run(settings: Settings) -> PartResult:
             mode = settings.compile_mode if settings.compile_backend == "inductor" else None
             compiled = torch.compile(cell, backend=settings.compile_backend, mode=mode)
             label = f"{name} (torch.compile{'' if mode in (None, 'default') else ', ' + mode})"
-            contenders[label] = fwd_bwd(cell.to(settings.device), B, T, H, device=settings.device, forward=compiled)
+            contenders[label] = fwd_bwd(cell, B, T, H, device=settings.device, forward=compiled)
         timings = interleave(contenders, rounds=settings.cell_rounds, warmup=1)
         case = f"B={B} T={T} H={H}"
         for name in contenders:

@@ -91,6 +91,17 @@ def _standalone(argv: list[str]) -> str | None:
     return None
 
 
+def _cells(text: str) -> tuple[str, ...]:
+    """``--compile``: registered cell names, comma-separated; ``none`` for none."""
+    from dsf_lightning.cells import list_cells
+
+    names = tuple(c for c in text.replace(" ", "").split(",") if c and c != "none")
+    unknown = [c for c in names if c not in list_cells()]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown cell(s) {', '.join(unknown)}; cells: {', '.join(list_cells())}")
+    return names
+
+
 def _check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--device``: a device torch knows and this machine has; on a GPU, only the parts that take one
     (the default there), and results beside, not over, the CPU ones."""
@@ -102,12 +113,6 @@ def _check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(f"--device takes cpu or cuda[:N], got {args.device!r}")
     if device.type not in ("cpu", "cuda"):
         parser.error(f"--device takes cpu or cuda[:N], got {args.device!r}")
-    if args.compile not in (None, "none"):
-        from dsf_lightning.cells import list_cells
-
-        unknown = [c for c in args.compile.split(",") if c not in list_cells()]
-        if unknown:
-            parser.error(f"--compile: unknown cell(s) {', '.join(unknown)}; cells: {', '.join(list_cells())}")
     if device.type == "cpu":
         return
     if not torch.cuda.is_available():
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: runs the parts that take a "
                         f"device ({', '.join(map(str, DEVICE_PARTS))}) there, results into benchmarks/cuda/ "
                         "unless --out says otherwise")
-    parser.add_argument("--compile", default=None, metavar="CELL[,CELL...]",
+    parser.add_argument("--compile", type=_cells, default=None, metavar="CELL[,CELL...]",
                         help="part 1 also times these cells through torch.compile (default: delta-rnn on CUDA, "
                         "none on the CPU; 'none' for none)")
     parser.add_argument("--compile-mode", default="default", choices=("default", "reduce-overhead", "max-autotune"),
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides["cell_hidden"] = (512, 1024)
         overrides["cell_compiled"] = ("delta-rnn",)
     if args.compile is not None:
-        overrides["cell_compiled"] = tuple(c for c in args.compile.split(",") if c and c != "none")
+        overrides["cell_compiled"] = args.compile
     overrides["compile_mode"] = args.compile_mode
     settings = Settings.for_mode(mode, device=args.device, **overrides)
     command = f"OMP_NUM_THREADS={threads} python -m benchmarks {shlex.join(sys.argv[1:] if argv is None else argv)}".strip()

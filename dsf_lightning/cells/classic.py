@@ -391,13 +391,18 @@ class GRUCell(SequenceLoopCell):
             q = torch.sigmoid(p_q + Vq)
             r = torch.sigmoid(p_r + Vr)  # eq. 19
             g = torch.tanh(p_h + products[1](q * h_prev))  # V_h (q_t * h_{t-1})
-        # eq. 18: r_t * g_t + (1 - r_t) * h_{t-1}; lerp does not promote: under autocast g_t and r_t come
-        # out of bf16 / fp16 products while the carried state stays float32
-        h = torch.lerp(h_prev, g.to(h_prev.dtype), r.to(h_prev.dtype))
+        h = _outer(h_prev, g, r)
         return h, (h,)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, reset_after={self.reset_after}"
+
+
+def _outer(h_prev: Tensor, g: Tensor, r: Tensor) -> Tensor:
+    """DSF eq. 18, the GRU / MGU outer function: ``r_t * g_t + (1 - r_t) * h_{t-1}``. ``lerp`` does not
+    promote: under autocast ``g_t`` and ``r_t`` come out of bf16 / fp16 products while the carried state
+    stays float32, so they take the state's dtype."""
+    return torch.lerp(h_prev, g.to(h_prev.dtype), r.to(h_prev.dtype))
 
 
 # -- MGU -----------------------------------------------------------------------------------------
@@ -445,9 +450,7 @@ class MGUCell(SequenceLoopCell):
         p_r, p_h = projected_t.chunk(2, dim=-1)  # [B, H] each
         r = torch.sigmoid(p_r + products[0](h_prev))  # eq. 19
         g = torch.tanh(p_h + products[1](r * h_prev))  # V_h (r_t * h_{t-1})
-        # eq. 18: r_t * g_t + (1 - r_t) * h_{t-1}; lerp does not promote: under autocast g_t and r_t come
-        # out of bf16 / fp16 products while the carried state stays float32
-        h = torch.lerp(h_prev, g.to(h_prev.dtype), r.to(h_prev.dtype))
+        h = _outer(h_prev, g, r)
         return h, (h,)
 
 

@@ -250,6 +250,11 @@ class LanguageModelModule(L.LightningModule):
         ``precision="64-true"``)."""
         return next((p.dtype for p in self.model.parameters() if p.is_floating_point()), torch.float32)
 
+    def _to_carry(self, final_state: ModelState) -> ModelState:
+        """A window's final state as the next window's start: detached, in :meth:`_state_dtype`."""
+        dtype = self._state_dtype()
+        return tuple(tuple(s.to(dtype) for s in layer) for layer in detach_state(final_state))
+
     def _state_for(self, stage: str, index: int, batch_size: int) -> ModelState:
         """The carried state for this window: zeros at window 0, else what the last window left."""
         if stage in getattr(self, "_reset_pending", ()):  # reset_carried_state() with nothing carried
@@ -352,8 +357,7 @@ class LanguageModelModule(L.LightningModule):
         self._seed_window(index)
         state = self._state_for("train", index, inputs.shape[0])
         loss, final_state = self._training_loss(inputs, targets, state)
-        dtype = self._state_dtype()  # float32 under mixed precision: the state stays in the weights' dtype
-        self._carried["train"] = tuple(tuple(s.detach().to(dtype) for s in layer) for layer in final_state)
+        self._carried["train"] = self._to_carry(final_state)
         if self.hparams.iterative_inference_step > 0 and torch.is_grad_enabled():
             for layer in final_state:
                 for s in layer:
@@ -387,7 +391,7 @@ class LanguageModelModule(L.LightningModule):
         inputs, targets, index = batch
         state = self._state_for(stage, int(index), inputs.shape[0])
         logits, final_state = self._compiled(self.model)(inputs, state)
-        self._carried[stage] = detach_state(tuple(tuple(s.to(self._state_dtype()) for s in layer) for layer in final_state))
+        self._carried[stage] = self._to_carry(final_state)
         sums = self._sums.setdefault(stage, torch.zeros(2, dtype=torch.float64, device=self.device))
         sums[0] += self._nll(logits, targets).double()
         sums[1] += targets.numel()
@@ -407,7 +411,7 @@ class LanguageModelModule(L.LightningModule):
         inputs, targets, index = batch
         state = self._state_for("predict", int(index), inputs.shape[0])
         logits, final_state = self.model(inputs, state)
-        self._carried["predict"] = detach_state(tuple(tuple(s.to(self._state_dtype()) for s in layer) for layer in final_state))
+        self._carried["predict"] = self._to_carry(final_state)
         return {"logprobs": predict_logprobs(logits, targets).cpu(), "targets": targets.cpu(), "window": int(index)}
 
     def on_predict_epoch_start(self) -> None:
