@@ -30,7 +30,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from .._checks import check_bool
@@ -472,12 +472,28 @@ class LanguageModelModule(L.LightningModule):
         if val_loss is None or trainer is None or trainer.sanity_checking or trainer.state.fn != "fit":
             return
         self._validated_at_step = trainer.global_step  # a checkpoint now says this epoch's validation has run
+        self._warn_if_it_needs_its_carried_state(float(val_loss), trainer.callback_metrics.get("train_loss"))
         # The plateau schedule steps here, after every validation, rather than at Lightning's epoch end:
         # Lightning skips that step at the end of an epoch resumed from a checkpoint (it has no metric
         # there), so a resumed run would halve the learning rate at other epochs than an uninterrupted one.
         for config in trainer.lr_scheduler_configs:
             if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 config.scheduler.step(val_loss)
+
+    def _warn_if_it_needs_its_carried_state(self, val_loss: float, train_loss) -> None:
+        """Validation worse than a uniform guess while training is far better: the sign of a model that
+        reads text only from its carried training state (validation starts from zeros); said once."""
+        uniform = math.log(self.hparams.vocab_size)
+        if train_loss is None or getattr(self, "_warned_state", False):
+            return
+        if val_loss > uniform and float(train_loss) < 0.75 * uniform:
+            self._warned_state = True
+            rank_zero_warn(
+                f"val_loss {val_loss:.3f} is worse than a uniform guess (ln V = {uniform:.3f}) while train_loss is "
+                f"{float(train_loss):.3f}: the model may read text well only from the state training carries "
+                "(validation, test and scoring start from zeros). Train with --model.state_reset_prob 0.05 "
+                "(streams restart from zeros at random) and check a window from zeros."
+            )
 
     def lr_scheduler_step(self, scheduler, metric) -> None:
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):

@@ -71,3 +71,14 @@ def test_a_resumed_run_resets_the_same_streams(tmp_path, toy_corpus):
 def test_a_bad_probability_is_refused(bad):
     with pytest.raises(ValueError, match="state_reset_prob must be a probability in"):
         LanguageModelModule(vocab_size=13, hidden_sizes=[8], state_reset_prob=bad)
+
+
+def test_validation_worse_than_uniform_while_training_learns_is_warned_once(recwarn):
+    module = LanguageModelModule(vocab_size=13, hidden_sizes=[8])  # uniform: ln 13 = 2.565 nats
+    module._warn_if_it_needs_its_carried_state(2.4, torch.tensor(1.0))  # worse than training, better than uniform
+    module._warn_if_it_needs_its_carried_state(5.0, torch.tensor(2.3))  # training no better than ~uniform yet
+    assert not [w for w in recwarn if "state_reset_prob" in str(w.message)]
+    module._warn_if_it_needs_its_carried_state(5.0, torch.tensor(1.0))
+    module._warn_if_it_needs_its_carried_state(6.0, torch.tensor(0.9))
+    said = [str(w.message) for w in recwarn if "state_reset_prob" in str(w.message)]
+    assert len(said) == 1 and "val_loss 5.000 is worse than a uniform guess (ln V = 2.565)" in said[0]
