@@ -51,7 +51,7 @@ from dsf_lightning.cli import main  # noqa: E402
 from dsf_lightning.export import ExportError, OnnxGraph, run_onnx, state_names, to_onnx  # noqa: E402
 from dsf_lightning.model import LMConfig, RecurrentLM  # noqa: E402
 
-from .test_bundled_model import DATA_ROOT  # noqa: E402
+from .test_bundled_models import DATA_ROOT  # noqa: E402
 
 ATOL = 1e-4  # issue 15: logits within 1e-4 of PyTorch
 
