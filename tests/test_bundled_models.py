@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("DSF_DATA_ROOT", ROOT.parent / "shared" / "data"))
 PRETRAINED = Path(dsf_lightning.__file__).parent / "pretrained"
 # what the package ships; a model listed here whose folder is missing fails the first test below
-BUNDLED = ["delta-rnn-ptb", "sr-lstm-p-imdb"]
+BUNDLED = ["delta-rnn-ptb", "delta-rnn-ptb-char", "sr-lstm-p-imdb"]
 
 
 def config(name):
@@ -63,7 +63,7 @@ def test_weights_are_half_precision_and_small(name):
 def test_the_repository_card_is_the_bundled_card_and_reports_the_configs_metrics(name):
     assert (ROOT / "model_cards" / f"{name}.md").resolve() == (PRETRAINED / name / "README.md").resolve()
     metrics, results = config(name)["info"]["metrics"], card_results(name)
-    headline = {"delta-rnn-ptb": ("test perplexity", "test_ppl"),
+    headline = {"delta-rnn-ptb": ("test perplexity", "test_ppl"), "delta-rnn-ptb-char": ("test bits per character", "test_bpc"),
                 "sr-lstm-p-imdb": ("test accuracy", "test_accuracy")}[name]
     assert results[(headline[0], "test")] == pytest.approx(metrics[headline[1]])
     text = (PRETRAINED / name / "README.md").read_text()
@@ -84,6 +84,13 @@ def test_the_word_model_scores_a_sentence():
     assert plain.ppl < shuffled.ppl / 5  # it has learned English word order
 
 
+def test_the_character_model_knows_english_spelling():
+    scorer = dsf_lightning.from_pretrained("delta-rnn-ptb-char")
+    plain = scorer.score("the company said its profit rose in the third quarter")
+    scrambled = scorer.score("teh cmopnay siad its prfoit rsoe in teh thrid qaurter")
+    assert plain.bpc < 2.5 < scrambled.bpc  # uniform over its 50 symbols would be 5.6 bits
+
+
 def test_the_classifier_reads_sentiment():
     classifier = dsf_lightning.from_pretrained("sr-lstm-p-imdb")
     good, bad = classifier.classify(["A wonderful film. The acting is superb and I loved every minute of it.",
@@ -98,6 +105,15 @@ def test_scoring_the_ptb_test_file_gives_the_cards_perplexity():
     doc = dsf_lightning.from_pretrained("delta-rnn-ptb").score_document(corpus_file("ptb", "ptb.test.txt"))
     assert doc.num_tokens == 82430
     assert doc.ppl == pytest.approx(config("delta-rnn-ptb")["info"]["metrics"]["test_ppl"], abs=1e-3)
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_scoring_the_ptb_char_test_file_gives_the_cards_bits_per_character():
+    metrics = config("delta-rnn-ptb-char")["info"]["metrics"]
+    doc = dsf_lightning.from_pretrained("delta-rnn-ptb-char").score_document(corpus_file("ptb_char", "ptb.char.test.txt"))
+    assert doc.num_tokens == metrics["test_tokens"]
+    assert doc.bpc == pytest.approx(metrics["test_bpc"], abs=1e-4)
 
 
 @pytest.mark.corpus
