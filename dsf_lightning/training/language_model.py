@@ -249,6 +249,7 @@ class LanguageModelModule(L.LightningModule):
         self._restored_train_state: list[Tensor] | None = None
         self._final_state: ModelState | None = None
         self._reset_pending: set[str] = set()  # stages whose next window starts from zeros
+        self._warned_state = False  # the carried-state warning of on_validation_epoch_end is said once
         self._validated_at_step: int | None = None  # global step of the last validation while fitting
 
     # -- helpers -------------------------------------------------------------------------------
@@ -391,8 +392,7 @@ class LanguageModelModule(L.LightningModule):
             return state
         first = state[0][0]
         reset = torch.rand(first.shape[0], device=first.device) < p  # [B]
-        return tuple(tuple(torch.where(reset.view(-1, *([1] * (s.dim() - 1))), torch.zeros_like(s), s) for s in layer)
-                     for layer in state)
+        return tuple(tuple(s.masked_fill(reset.view(-1, *([1] * (s.dim() - 1))), 0) for s in layer) for layer in state)
 
     def on_after_backward(self) -> None:
         """DSF sec 2.5: one step of iterative inference on the carried state along dL/dh_T."""
@@ -484,7 +484,7 @@ class LanguageModelModule(L.LightningModule):
         """Validation worse than a uniform guess while training is far better: the sign of a model that
         reads text only from its carried training state (validation starts from zeros); said once."""
         uniform = math.log(self.hparams.vocab_size)
-        if train_loss is None or getattr(self, "_warned_state", False):
+        if train_loss is None or self._warned_state:
             return
         if val_loss > uniform and float(train_loss) < 0.75 * uniform:
             self._warned_state = True
