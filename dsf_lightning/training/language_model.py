@@ -594,12 +594,12 @@ class LanguageModelModule(L.LightningModule):
         state = self._carried["train"]
         if state is None:
             if self._restored_train_state is not None:  # resumed, no window trained since: still the state
-                checkpoint["dsf_carried_train_state"] = [t.cpu() for t in self._restored_train_state]
+                checkpoint["dsf_carried_train_state"] = _own_cpu_copies(self._restored_train_state)
             return
         flat = self._flatten_state(state)
         if self.trainer.world_size > 1:  # a collective: every rank runs this hook
             flat = [self.all_gather(t).reshape(-1, t.shape[-1]) for t in flat]
-        checkpoint["dsf_carried_train_state"] = [t.cpu() for t in flat]
+        checkpoint["dsf_carried_train_state"] = _own_cpu_copies(flat)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         trainer = self._trainer
@@ -620,3 +620,9 @@ class LanguageModelModule(L.LightningModule):
         self._restored_train_state = checkpoint.get("dsf_carried_train_state")
         if checkpoint.get("dsf_reset_train_state"):
             self._reset_pending.add("train")
+
+
+def _own_cpu_copies(tensors: list[Tensor]) -> list[Tensor]:
+    """CPU copies that own just their elements: a carried state is often a view into the window's outputs,
+    and ``torch.save`` writes a view's whole storage (``.cpu()`` of a CPU tensor is the view itself)."""
+    return [t.detach().to("cpu").clone(memory_format=torch.contiguous_format) for t in tensors]
