@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from huggingface_hub import ModelCard
 
 import dsf_lightning
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("DSF_DATA_ROOT", ROOT.parent / "shared" / "data"))
 PRETRAINED = Path(dsf_lightning.__file__).parent / "pretrained"
 # what the package ships; a model listed here whose folder is missing fails the first test below
-BUNDLED = ["delta-rnn-ptb", "delta-rnn-ptb-char", "sr-lstm-p-imdb"]
+BUNDLED = ["delta-rnn-ptb", "delta-rnn-ptb-char", "lstm-ptb", "sr-lstm-p-imdb"]
+WORD_MODELS = ["delta-rnn-ptb", "lstm-ptb"]  # the DSF model and its baseline: same parameters, recipe and budget
 
 
 def config(name):
@@ -63,21 +65,24 @@ def test_weights_are_half_precision_and_small(name):
 def test_the_repository_card_is_the_bundled_card_and_reports_the_configs_metrics(name):
     assert (ROOT / "model_cards" / f"{name}.md").resolve() == (PRETRAINED / name / "README.md").resolve()
     metrics, results = config(name)["info"]["metrics"], card_results(name)
-    headline = {"delta-rnn-ptb": ("test perplexity", "test_ppl"), "delta-rnn-ptb-char": ("test bits per character", "test_bpc"),
+    headline = {"delta-rnn-ptb": ("test perplexity", "test_ppl"), "lstm-ptb": ("test perplexity", "test_ppl"),
+                "delta-rnn-ptb-char": ("test bits per character", "test_bpc"),
                 "sr-lstm-p-imdb": ("test accuracy", "test_accuracy")}[name]
     assert results[(headline[0], "test")] == pytest.approx(metrics[headline[1]])
     text = (PRETRAINED / name / "README.md").read_text()
     assert "hardware" in text and "training time" in text  # the card says on what and in how long
 
 
-def test_the_word_models_card_has_dynamic_evaluation():
-    results, metrics = card_results("delta-rnn-ptb"), config("delta-rnn-ptb")["info"]["metrics"]
+@pytest.mark.parametrize("name", WORD_MODELS)
+def test_the_word_models_card_has_dynamic_evaluation(name):
+    results, metrics = card_results(name), config(name)["info"]["metrics"]
     assert results[("test perplexity, dynamic evaluation #2", "test")] == pytest.approx(metrics["test_ppl_dynamic2"])
     assert metrics["test_ppl_dynamic2"] < metrics["test_ppl_dynamic1"] < metrics["test_ppl"]
 
 
-def test_the_word_model_scores_a_sentence():
-    scorer = dsf_lightning.from_pretrained("delta-rnn-ptb")
+@pytest.mark.parametrize("name", WORD_MODELS)
+def test_the_word_model_scores_a_sentence(name):
+    scorer = dsf_lightning.from_pretrained(name)
     plain = scorer.score("the company said its profit rose in the third quarter")
     shuffled = scorer.score("quarter third the in rose profit its said company the")
     assert plain.tokens[-1] == "<eos>" and len(plain.logprobs) == len(plain.tokens) == 11
@@ -101,10 +106,27 @@ def test_the_classifier_reads_sentiment():
 
 @pytest.mark.corpus
 @pytest.mark.slow
-def test_scoring_the_ptb_test_file_gives_the_cards_perplexity():
-    doc = dsf_lightning.from_pretrained("delta-rnn-ptb").score_document(corpus_file("ptb", "ptb.test.txt"))
+@pytest.mark.parametrize("name", WORD_MODELS)
+def test_scoring_the_ptb_test_file_gives_the_cards_perplexity(name):
+    doc = dsf_lightning.from_pretrained(name).score_document(corpus_file("ptb", "ptb.test.txt"))
     assert doc.num_tokens == 82430
-    assert doc.ppl == pytest.approx(config("delta-rnn-ptb")["info"]["metrics"]["test_ppl"], abs=1e-3)
+    assert doc.ppl == pytest.approx(config(name)["info"]["metrics"]["test_ppl"], abs=1e-3)
+
+
+def test_the_baseline_had_the_delta_rnns_parameters_recipe_and_budget():
+    """lstm-ptb is delta-rnn-ptb's baseline (issue 16): parameter counts within 0.01%, the same training
+    options but the cell's, and the same recipe budget; its card puts the two test perplexities side by side."""
+    delta, lstm = config("delta-rnn-ptb"), config("lstm-ptb")
+    counts = {name: sum(p.numel() for p in dsf_lightning.from_pretrained(name).model.parameters()) for name in WORD_MODELS}
+    assert abs(counts["lstm-ptb"] - counts["delta-rnn-ptb"]) / counts["delta-rnn-ptb"] < 1e-4
+    assert (delta["model"]["cell"], lstm["model"]["cell"]) == ("delta-rnn", "lstm")
+    assert delta["info"]["training"] == lstm["info"]["training"]
+    for key in ("dropout_input", "dropout_output", "tie_weights"):
+        assert delta["model"][key] == lstm["model"][key]
+    budgets = [yaml.safe_load((ROOT / config(n)["info"]["recipe"].split()[0]).read_text())["trainer"]["max_time"] for n in WORD_MODELS]
+    assert budgets[0] == budgets[1]
+    card = (PRETRAINED / "lstm-ptb" / "README.md").read_text()
+    assert f"{delta['info']['metrics']['test_ppl']:.2f}" in card
 
 
 @pytest.mark.corpus

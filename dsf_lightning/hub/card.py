@@ -299,10 +299,21 @@ def _metrics_table(eval_entries: list[dict]) -> str:
     lines = ["| dataset | split | metric | value |", "| --- | --- | --- | --- |"]
     lines += [
         f"| {e.get('dataset_name', e['dataset'])} | {e['split']}{' (' + e['dataset_config'] + ')' if e.get('dataset_config') else ''} "
-        f"| {METRICS[e['metric']][0]} | {e['value']:.4g} |"
+        f"| {_metric_label(e)} | {e['value']:.4g} |"
         for e in eval_entries
     ]
     return "\n".join(lines)
+
+
+def _metric_label(entry: dict) -> str:
+    """The metric's display name, or the result's own name less its split ("test perplexity, dynamic
+    evaluation #2" -> "perplexity, dynamic evaluation #2"), so that two results of one split stay apart."""
+    name = entry.get("metric_name")
+    if not name:
+        return METRICS[entry["metric"]][0]
+    for split in {entry["split"], *(k for k, v in SPLIT_NAMES.items() if v == entry["split"])}:
+        name = name.removeprefix(f"{split} ")
+    return name
 
 
 def _comparison(info: dict) -> str:

@@ -85,6 +85,12 @@ PUBLISHED: dict[str, PublishedModel] = {
         bundled="delta-rnn-ptb-char",
         description="character-level Delta-RNN on the Penn Treebank characters; scores bits per character",
     ),
+    "lstm-ptb": PublishedModel(
+        repo_id="dsf-lightning/lstm-ptb",
+        revision=None,  # pinned to the commit sha when published
+        bundled="lstm-ptb",
+        description="word-level LSTM on the Penn Treebank: delta-rnn-ptb's baseline (same parameters, recipe and budget)",
+    ),
     "sr-lstm-p-imdb": PublishedModel(
         repo_id="dsf-lightning/sr-lstm-p-imdb",
         revision=None,  # pinned to the commit sha when published

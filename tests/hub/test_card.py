@@ -49,6 +49,18 @@ def test_eval_results_parse_back_from_the_card(tmp_path):
     assert "Ororbia" in text  # the Delta-RNN paper
 
 
+def test_the_evaluation_table_tells_apart_two_results_of_one_split(tmp_path):
+    given = [
+        {"metric": "perplexity", "value": 93.5, "dataset": "ptb", "split": "test"},
+        {"metric": "perplexity", "value": 89.4, "dataset": "ptb", "split": "test", "metric_name": "test perplexity, dynamic evaluation #2"},
+        {"metric": "perplexity", "value": 100.3, "dataset": "ptb", "split": "valid", "metric_name": "valid perplexity"},
+    ]
+    text = ModelCard.load(save_pretrained(tiny_pretrained(), tmp_path / "m", eval_results=given) / "README.md").text
+    assert "| ptb | test | perplexity | 93.5 |" in text
+    assert "| ptb | test | perplexity, dynamic evaluation #2 | 89.4 |" in text
+    assert "| ptb | validation | perplexity | 100.3 |" in text
+
+
 def test_default_results_come_from_info_metrics_ppl_for_words_bpc_for_characters(tmp_path):
     words = save_pretrained(tiny_pretrained(), tmp_path / "words")
     chars = save_pretrained(tiny_pretrained(tokenizer="char"), tmp_path / "chars")

@@ -2,6 +2,7 @@
 (read from the folder's card), parameter count, size on disk, and whether it is bundled or on the Hub."""
 
 import argparse
+import json
 
 from dsf_lightning.auto import PUBLISHED, list_models
 from dsf_lightning.cli.hub import list_models_command
@@ -33,7 +34,8 @@ def test_the_bundled_word_model_shows_its_test_perplexity(capsys):
     model = load_pretrained(folder).model
     parameters = sum(p.numel() for p in model.parameters())  # tied weights once
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
-    assert rows["delta-rnn-ptb"] == ["delta-rnn-ptb", "language-model", "test perplexity", "93.77", f"{parameters:,}",
+    test_ppl = json.loads((folder / "config.json").read_text())["info"]["metrics"]["test_ppl"]
+    assert rows["delta-rnn-ptb"] == ["delta-rnn-ptb", "language-model", "test perplexity", f"{test_ppl:.2f}", f"{parameters:,}",
                                      f"{size / 1e6:.1f} MB", "bundled"]
     assert rows["sr-lstm-p-imdb"][1] == "text-classification"
 

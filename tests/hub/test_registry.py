@@ -15,7 +15,7 @@ from .conftest import logits_of, tiny_pretrained
 
 
 def test_published_models():
-    assert set(PUBLISHED) == {"delta-rnn-ptb", "delta-rnn-ptb-char", "sr-lstm-p-imdb"}
+    assert set(PUBLISHED) == {"delta-rnn-ptb", "delta-rnn-ptb-char", "lstm-ptb", "sr-lstm-p-imdb"}
     for name, published in PUBLISHED.items():
         assert published.repo_id == f"dsf-lightning/{name}" and published.bundled == name and published.description
     assert PUBLISHED["sr-lstm-p-imdb"].task == "text-classification" and PUBLISHED["delta-rnn-ptb"].task == "language-model"
@@ -85,7 +85,7 @@ def test_list_models_command_prints_a_table(isolated_hub, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["name", "task", "metric", "value", "parameters", "size", "source"]
     assert any(line.startswith("delta-rnn-ptb ") and "dsf-lightning/delta-rnn-ptb" in line for line in lines)
-    assert any(line.startswith("delta-rnn-ptb-char") for line in lines) and len(lines) == 4
+    assert any(line.startswith("delta-rnn-ptb-char") for line in lines) and len(lines) == 1 + len(PUBLISHED)
 
 
 def test_the_cli_parts_register_subcommands():
