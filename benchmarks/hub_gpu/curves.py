@@ -48,7 +48,8 @@ def main() -> None:
         ax = words if RUNS[run][1] == "ppl" else chars
         ax.plot(*zip(*points), marker=".", label=RUNS[run][0])
     words.set(xlabel="epochs", ylabel="validation perplexity", ylim=(90, 150), title="PTB words, 8 min 15 s each")
-    chars.set(xlabel="epochs", ylabel="validation bits per character", ylim=(1.4, 1.9), title="PTB characters, 8 min 15 s each (128 streams: resumed to 11 min 15 s)")
+    chars.set(xlabel="epochs", ylabel="validation bits per character", ylim=(1.4, 1.9),
+              title="PTB characters, 8 min 15 s each (128 streams: resumed to 11 min 15 s)")
     for ax in (words, chars):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
