@@ -238,7 +238,9 @@ class IMDBSentimentDataModule(SequenceDataModule):
     setting trained on the first 10 words (``train_max_length=10``; Figure 9), tested on reviews cut
     at ``test_max_lengths`` (e.g. ``(100, 200)``: one test set per length, ``None`` = full). The
     paper trains on all 25,000 training reviews; here every ``valid_every``-th one (10th, 20th, ...:
-    2,500, balanced) is held out for validation unless ``valid_every=0``.
+    2,500, balanced) is held out for validation unless ``valid_every=0``. ``keep_words``: which words of a
+    review longer than a cut are kept, ``"first"`` (default) or ``"last"`` (as Keras' ``pad_sequences``
+    truncates by default; the paper does not say which it kept).
     """
 
     # what a classifier folder records (dsf_lightning.hub.classifier): reviews read as _read reads them
@@ -250,11 +252,15 @@ class IMDBSentimentDataModule(SequenceDataModule):
         self, data_root: str | os.PathLike | None = None, max_vocab: int = 20_000, min_count: int = 1,
         train_max_length: int | None = None, valid_max_length: int | None = None,
         test_max_lengths: Sequence[int | None] = (None,), valid_every: int = 10, verify: bool = True,
-        batch_size: int = 32, **kwargs: Any,
+        keep_words: str = "first", batch_size: int = 32, **kwargs: Any,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         if valid_every == 1 or valid_every < 0:
             raise ValueError(f"valid_every must be 0 (no validation) or >= 2, got {valid_every}")
+        if keep_words not in ("first", "last"):
+            raise ValueError(f"keep_words must be 'first' or 'last' (which words of a review longer than a cut are "
+                             f"kept), got {keep_words!r}")
+        self.keep_words = keep_words
         self.data_root = data_root
         self.max_vocab, self.min_count = max_vocab, min_count
         self.train_max_length, self.valid_max_length = train_max_length, valid_max_length
@@ -290,7 +296,10 @@ class IMDBSentimentDataModule(SequenceDataModule):
         return bool(self.valid_every) and (i + 1) % self.valid_every == 0
 
     def _dataset(self, words: list[list[str]], labels: list[int], max_length: int | None) -> TokenSequenceDataset:
-        cut = [w[:max_length] if max_length else w for w in words]
+        if not max_length:
+            cut = words
+        else:
+            cut = [w[:max_length] if self.keep_words == "first" else w[-max_length:] for w in words]
         return TokenSequenceDataset(
             [self.vocab.encode(w) for w in cut], labels, {"length": [len(w) for w in cut]}
         )

@@ -179,6 +179,19 @@ def test_a_recipe_that_builds_another_vocabulary_is_refused(trained, tmp_path, c
     assert "vocab_size=" in err and "wrong recipe" in err
 
 
+def test_a_model_trained_on_the_last_words_of_each_review_is_refused(trained, tmp_path, capsys):
+    """A classifier folder reads the first max_length symbols of a text; a keep_words="last" model would be
+    read the wrong way round, so the export says so instead of writing it."""
+    last = tmp_path / "last.yaml"
+    last.write_text(trained["recipe"].read_text().replace("max_vocab: 30", "max_vocab: 30\n    keep_words: last"))
+    alone = tmp_path / "model.ckpt"
+    shutil.copy(trained["ckpt"], alone)
+    assert main(["export", str(alone), str(tmp_path / "z"), "--recipe", str(last)]) == 2
+    err = capsys.readouterr().err
+    assert "keep_words='last'" in err and "dsf test" in err
+    assert not (tmp_path / "z").exists()
+
+
 def test_language_model_options_are_refused_for_a_classifier(trained, tmp_path, capsys):
     assert main(["export", str(trained["ckpt"]), str(tmp_path / "w"), "--corpus", "ptb"]) == 2
     assert "--corpus" in capsys.readouterr().err

@@ -237,3 +237,37 @@ def test_imdb_words_truncation_and_splits(data_root):
     assert data.test_set_names == ["l100", "full"] and len(data.test_sets["full"]) == 25000
     assert data.test_sets["l100"].lengths.max() == 102 and data.test_sets["full"].lengths.max() > 1000
     assert len(data.vocab) == 5000 + 4
+
+
+WORDS = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(30)]  # waa, wab, ...: the normalizer keeps them
+
+
+def _write_numbered_imdb(root, n_words=30):
+    """Two reviews per split whose words are the letters-only WORDS[:n_words] (so a cut shows which end it kept)."""
+    import json
+    import lzma
+
+    (root / "imdb").mkdir(parents=True)
+    for split in ("train", "test"):
+        with lzma.open(root / "imdb" / f"{split}.jsonl.xz", "wt", encoding="utf-8") as f:
+            for label in (0, 1):
+                f.write(json.dumps({"id": label, "rating": 9 if label else 2, "label": label,
+                                    "text": " ".join(WORDS[:n_words])}) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("keep, expected", [("first", WORDS[:5]), ("last", WORDS[-5:])])
+def test_imdb_keep_words_chooses_which_end_of_a_review_a_cut_keeps(tmp_path, keep, expected):
+    data = IMDBSentimentDataModule(data_root=_write_numbered_imdb(tmp_path), verify=False, valid_every=0,
+                                   train_max_length=5, test_max_lengths=(5, None), keep_words=keep)
+    data.setup("fit")
+    data.setup("test")
+    words = lambda dataset, i: [data.vocab.symbols[t] for t in dataset[i]["inputs"].tolist()][1:-1]  # noqa: E731  (<s> .. </s>)
+    assert words(data.train_set, 0) == expected and words(data.train_set, 1) == expected
+    assert words(data.test_sets["l5"], 0) == expected
+    assert len(words(data.test_sets["full"], 0)) == 30  # no cut: the whole review either way
+
+
+def test_imdb_keep_words_refuses_other_values(tmp_path):
+    with pytest.raises(ValueError, match="keep_words must be 'first' or 'last'"):
+        IMDBSentimentDataModule(data_root=tmp_path, keep_words="end")
