@@ -169,27 +169,28 @@ def test_without_the_training_config_the_recipe_can_be_named(trained, tmp_path, 
     assert load_classifier(tmp_path / "y").vocab.symbols == vocab.symbols
 
 
-def test_a_recipe_that_builds_another_vocabulary_is_refused(trained, tmp_path, capsys):
-    other = tmp_path / "other.yaml"
-    other.write_text(trained["recipe"].read_text().replace("max_vocab: 30", "max_vocab: 12"))
+def _export_with_an_edited_recipe(trained, tmp_path, capsys, old: str, new: str) -> str:
+    """``dsf export`` of the run's checkpoint (alone) with its recipe's ``old`` text replaced by ``new``:
+    refused with exit 2 and nothing written; returns the error."""
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(trained["recipe"].read_text().replace(old, new))
     alone = tmp_path / "model.ckpt"
     shutil.copy(trained["ckpt"], alone)
-    assert main(["export", str(alone), str(tmp_path / "z"), "--recipe", str(other)]) == 2
-    err = capsys.readouterr().err
+    assert main(["export", str(alone), str(tmp_path / "z"), "--recipe", str(edited)]) == 2
+    assert not (tmp_path / "z").exists()
+    return capsys.readouterr().err
+
+
+def test_a_recipe_that_builds_another_vocabulary_is_refused(trained, tmp_path, capsys):
+    err = _export_with_an_edited_recipe(trained, tmp_path, capsys, "max_vocab: 30", "max_vocab: 12")
     assert "vocab_size=" in err and "wrong recipe" in err
 
 
 def test_a_model_trained_on_the_last_words_of_each_review_is_refused(trained, tmp_path, capsys):
     """A classifier folder reads the first max_length symbols of a text; a keep_words="last" model would be
     read the wrong way round, so the export says so instead of writing it."""
-    last = tmp_path / "last.yaml"
-    last.write_text(trained["recipe"].read_text().replace("max_vocab: 30", "max_vocab: 30\n    keep_words: last"))
-    alone = tmp_path / "model.ckpt"
-    shutil.copy(trained["ckpt"], alone)
-    assert main(["export", str(alone), str(tmp_path / "z"), "--recipe", str(last)]) == 2
-    err = capsys.readouterr().err
+    err = _export_with_an_edited_recipe(trained, tmp_path, capsys, "max_vocab: 30", "max_vocab: 30\n    keep_words: last")
     assert "keep_words='last'" in err and "dsf test" in err
-    assert not (tmp_path / "z").exists()
 
 
 def test_language_model_options_are_refused_for_a_classifier(trained, tmp_path, capsys):
