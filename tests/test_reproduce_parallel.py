@@ -195,6 +195,9 @@ def test_classifier_rows_curves_and_best_validation_read_as_error(tmp_path):
     assert row["measured_valid"] == pytest.approx(0.2)
     curves = curve_rows(table, state, tmp_path)
     assert [c["val_metric"] for c in curves] == pytest.approx([0.3, 0.2])
+    # the length-200 row is measured in the same run: its curve is that row's, drawn once
+    state["rows"]["lstm-trunc10-l200"] = {**state["rows"][key], "shared_with": key}
+    assert [c["row"] for c in curve_rows(table, state, tmp_path)] == [key, key]
 
 
 def test_report_only_rewrites_the_table_from_the_state_and_trains_nothing(tmp_path, monkeypatch, capsys):

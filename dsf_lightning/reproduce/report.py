@@ -191,10 +191,13 @@ CURVE_FIELDS = ("table", "row", "epoch", "val_loss", "val_metric", "tokens", "cp
 
 
 def curve_rows(table: Table, state: dict, out: Path) -> list[dict]:
-    """One record per (row, epoch) with a validation: loss, the row's metric from it, cumulative costs."""
+    """One record per (row, epoch) with a validation: loss, the row's metric from it, cumulative costs; a row
+    measured in another row's run (``shared_with``) has no curve of its own."""
     records = []
     for row in table.rows:
         entry = state.get("rows", {}).get(row.key, {})
+        if entry.get("shared_with"):
+            continue
         for e in row_epochs(entry, row_folder(out, table.id, row.key)):
             value = validation_metric(e, row.metric)
             if value is None:
