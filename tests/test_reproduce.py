@@ -113,6 +113,27 @@ def test_task_recipes_scale_their_data_and_keep_the_rows_overrides():
         assert not [r.key for r in get_table(table_id).rows if r.pending], table_id
 
 
+def test_the_imdb_last_words_rows_train_and_test_on_the_last_words(tmp_path):
+    """The `trunc10-last` rows pass keep_words: last to the DataModule that LightningCLI builds (the other rows
+    keep the first words), with the sr-LSTM / LSTM-p cell changes kept."""
+    from dsf_lightning.cli.lightning import lightning_cli
+    from tests.tasks.test_data import _write_numbered_imdb
+
+    _write_numbered_imdb(tmp_path)  # a two-review stand-in (verify off): the vocabulary is built from it
+    recipes, table = default_recipes_dir(), get_table("srnn-imdb")
+    for key, keep in (("sr-lstm-trunc10-last-l200", "last"), ("sr-lstm-trunc10-l200", "first")):
+        row = table.row(key)
+        recipe = runner.load_recipe(recipes / row.recipe)
+        over = runner.merged_overrides(recipe, row, "paper")
+        args = runner.cli_arguments(recipes / row.recipe, over, str(tmp_path), ["--data.init_args.verify=false"],
+                                    runner.task_data_root_key(recipe), raw_strings=True)
+        cli = lightning_cli(args, run=False)
+        assert cli.datamodule.keep_words == keep and cli.model.hparams.cell == "sr-lstm"
+    last = [r for r in table.rows if "-last-" in r.key]
+    assert len(last) == 8 and all(r.overrides["data.init_args.keep_words"] == "last" for r in last)
+    assert {r.published for r in last} == {r.published for r in table.rows if "trunc10-l" in r.key}
+
+
 def test_task_rows_whose_data_is_missing_are_skipped_and_named(tmp_path):
     summary = run_table("srnn-imdb", scale="tiny", data_root=tmp_path / "empty", out=tmp_path / "out",
                                rows=["lstm-full"], log=lambda _: None)

@@ -372,17 +372,35 @@ def _srnn_imdb() -> Table:
                   "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l100"),
         _task_row("sr-lstm-p-trunc10-l200", "sr-LSTM-p, trained on 10 words, tested at 200", 0.2621,
                   "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l200"),
+        *_srnn_imdb_last_words(),
     )
     return Table("srnn-imdb", "sr-RNN paper Figures 9-10, IMDB sentiment (test error)", SRNN, rows,
                  ("Figure 9 (the `trunc10` rows): trained on the first 10 words of every review, tested on reviews cut "
                   "at 100 and 200 words; sr-LSTM and LSTM-p are the sr-LSTM-p and LSTM recipes with the cell "
                   "(`model.init_args.cell: sr-lstm`) or the peepholes (`cell_options: {peepholes: true}`) changed.",
+                  "The `trunc10-last` rows: the same, but every cut keeps the last words of a review "
+                  "(`data.init_args.keep_words: last`, what Keras' pad_sequences does by default); the paper does not "
+                  "say which words it kept.",
                   "Figure 10 (the `full` rows): full-length reviews."))
+
+
+def _srnn_imdb_last_words() -> tuple[Row, ...]:
+    """Figure 9 again with every cut keeping a review's last words (``keep_words: last``)."""
+    models = (("lstm", "LSTM", "lstm_truncated10", {}, (0.2996, 0.3319)),
+              ("sr-lstm", "sr-LSTM (k = 10)", "sr_lstm_p_truncated10", SR_LSTM, (0.2882, 0.3288)),
+              ("lstm-p", "LSTM-p", "lstm_truncated10", LSTM_P, (0.2802, 0.3012)),
+              ("sr-lstm-p", "sr-LSTM-p", "sr_lstm_p_truncated10", {}, (0.2604, 0.2621)))
+    return tuple(
+        _task_row(f"{key}-trunc10-last-l{length}", f"{name}, trained on the last 10 words, tested on the last {length}",
+                  published, f"imdb_sentiment/{recipe}.yaml", split=f"l{length}", overrides={**over, **LAST_WORDS})
+        for key, name, recipe, over, values in models for length, published in zip((100, 200), values)
+    )
 
 
 #: Figure 9's other two columns: the sr-LSTM-p recipe without peepholes, the LSTM recipe with them
 SR_LSTM = {"model.init_args.cell": "sr-lstm"}
 LSTM_P = {"model.init_args.cell_options": {"peepholes": True}}
+LAST_WORDS = {"data.init_args.keep_words": "last"}
 
 
 def _srnn_mnist() -> Table:
