@@ -117,9 +117,9 @@ def test_the_imdb_last_words_rows_train_and_test_on_the_last_words(tmp_path):
     """The `trunc10-last` rows pass keep_words: last to the DataModule that LightningCLI builds (the other rows
     keep the first words), with the sr-LSTM / LSTM-p cell changes kept."""
     from dsf_lightning.cli.lightning import lightning_cli
-    from tests.tasks.test_data import _write_numbered_imdb
+    from tests.tasks.conftest import write_numbered_imdb
 
-    _write_numbered_imdb(tmp_path)  # a two-review stand-in (verify off): the vocabulary is built from it
+    write_numbered_imdb(tmp_path)  # a two-review stand-in (verify off): the vocabulary is built from it
     recipes, table = default_recipes_dir(), get_table("srnn-imdb")
     for key, keep in (("sr-lstm-trunc10-last-l200", "last"), ("sr-lstm-trunc10-l200", "first")):
         row = table.row(key)

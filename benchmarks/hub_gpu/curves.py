@@ -20,14 +20,16 @@ RUNS = {  # run -> (what, unit): word runs in perplexity, character runs in bits
 
 def read(run: str) -> list[tuple[float, float]]:
     """(epochs trained, validation value) of every validation of ``run``, its resumed sitting included."""
-    points = {}
+    points, windows = {}, None  # windows per epoch: one more than the last step logged in epoch 0
     for path in sorted((HERE / "logs" / run).glob("*/metrics.csv")):
         with path.open() as f:
-            rows = [r for r in csv.DictReader(f) if r["val_loss"]]
+            rows = list(csv.DictReader(f))
+        if windows is None:
+            windows = 1 + max(int(r["step"]) for r in rows if r["epoch"] == "0")
         for r in rows:
-            nats = float(r["val_loss"])
-            points[int(r["step"])] = math.exp(nats) if RUNS[run][1] == "ppl" else nats / math.log(2)
-    windows = {"C128": 392, "C64": 784, "D64": 415, "L64": 415, "D32": 830, "L32": 830}[run]  # per epoch
+            if r["val_loss"]:
+                nats = float(r["val_loss"])
+                points[int(r["step"])] = math.exp(nats) if RUNS[run][1] == "ppl" else nats / math.log(2)
     return [((step + 1) / windows, value) for step, value in sorted(points.items())]
 
 

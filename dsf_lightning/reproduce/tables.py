@@ -358,21 +358,8 @@ def _srnn_imdb() -> Table:
     rows = (
         _task_row("lstm-full", "LSTM, full reviews", 0.101, "imdb_sentiment/lstm.yaml", split="full"),
         _task_row("sr-lstm-p-full", "sr-LSTM-p (k = 10), full reviews", 0.092, "imdb_sentiment/sr_lstm_p.yaml", split="full"),
-        _task_row("lstm-trunc10-l100", "LSTM, trained on 10 words, tested at 100", 0.2996, "imdb_sentiment/lstm_truncated10.yaml", split="l100"),
-        _task_row("lstm-trunc10-l200", "LSTM, trained on 10 words, tested at 200", 0.3319, "imdb_sentiment/lstm_truncated10.yaml", split="l200"),
-        _task_row("sr-lstm-trunc10-l100", "sr-LSTM (k = 10), trained on 10 words, tested at 100", 0.2882,
-                  "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l100", overrides=SR_LSTM),
-        _task_row("sr-lstm-trunc10-l200", "sr-LSTM (k = 10), trained on 10 words, tested at 200", 0.3288,
-                  "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l200", overrides=SR_LSTM),
-        _task_row("lstm-p-trunc10-l100", "LSTM-p, trained on 10 words, tested at 100", 0.2802,
-                  "imdb_sentiment/lstm_truncated10.yaml", split="l100", overrides=LSTM_P),
-        _task_row("lstm-p-trunc10-l200", "LSTM-p, trained on 10 words, tested at 200", 0.3012,
-                  "imdb_sentiment/lstm_truncated10.yaml", split="l200", overrides=LSTM_P),
-        _task_row("sr-lstm-p-trunc10-l100", "sr-LSTM-p, trained on 10 words, tested at 100", 0.2604,
-                  "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l100"),
-        _task_row("sr-lstm-p-trunc10-l200", "sr-LSTM-p, trained on 10 words, tested at 200", 0.2621,
-                  "imdb_sentiment/sr_lstm_p_truncated10.yaml", split="l200"),
-        *_srnn_imdb_last_words(),
+        *_srnn_imdb_truncated(last=False),
+        *_srnn_imdb_truncated(last=True),
     )
     return Table("srnn-imdb", "sr-RNN paper Figures 9-10, IMDB sentiment (test error)", SRNN, rows,
                  ("Figure 9 (the `trunc10` rows): trained on the first 10 words of every review, tested on reviews cut "
@@ -384,23 +371,26 @@ def _srnn_imdb() -> Table:
                   "Figure 10 (the `full` rows): full-length reviews."))
 
 
-def _srnn_imdb_last_words() -> tuple[Row, ...]:
-    """Figure 9 again with every cut keeping a review's last words (``keep_words: last``)."""
-    models = (("lstm", "LSTM", "lstm_truncated10", {}, (0.2996, 0.3319)),
-              ("sr-lstm", "sr-LSTM (k = 10)", "sr_lstm_p_truncated10", SR_LSTM, (0.2882, 0.3288)),
-              ("lstm-p", "LSTM-p", "lstm_truncated10", LSTM_P, (0.2802, 0.3012)),
-              ("sr-lstm-p", "sr-LSTM-p", "sr_lstm_p_truncated10", {}, (0.2604, 0.2621)))
+#: Figure 9: key, name, recipe, overrides, published test error at lengths 100 and 200 (sr-LSTM: the sr-LSTM-p
+#: recipe without peepholes; LSTM-p: the LSTM recipe with them)
+FIGURE9 = (("lstm", "LSTM", "lstm_truncated10", {}, (0.2996, 0.3319)),
+            ("sr-lstm", "sr-LSTM (k = 10)", "sr_lstm_p_truncated10", {"model.init_args.cell": "sr-lstm"}, (0.2882, 0.3288)),
+            ("lstm-p", "LSTM-p", "lstm_truncated10", {"model.init_args.cell_options": {"peepholes": True}}, (0.2802, 0.3012)),
+            ("sr-lstm-p", "sr-LSTM-p", "sr_lstm_p_truncated10", {}, (0.2604, 0.2621)))
+
+
+def _srnn_imdb_truncated(last: bool) -> tuple[Row, ...]:
+    """Figure 9's rows (trained on 10 words, tested at 100 and 200), the cuts keeping each review's first
+    words or, with ``last``, its last words (``keep_words: last``)."""
+    tag, trained, tested = ("-last", "the last 10 words", "on the last ") if last else ("", "10 words", "at ")
+    extra = {"data.init_args.keep_words": "last"} if last else {}
     return tuple(
-        _task_row(f"{key}-trunc10-last-l{length}", f"{name}, trained on the last 10 words, tested on the last {length}",
-                  published, f"imdb_sentiment/{recipe}.yaml", split=f"l{length}", overrides={**over, **LAST_WORDS})
-        for key, name, recipe, over, values in models for length, published in zip((100, 200), values)
+        _task_row(f"{key}-trunc10{tag}-l{length}", f"{name}, trained on {trained}, tested {tested}{length}", published,
+                  f"imdb_sentiment/{recipe}.yaml", split=f"l{length}", overrides={**over, **extra})
+        for key, name, recipe, over, values in FIGURE9 for length, published in zip((100, 200), values)
     )
 
 
-#: Figure 9's other two columns: the sr-LSTM-p recipe without peepholes, the LSTM recipe with them
-SR_LSTM = {"model.init_args.cell": "sr-lstm"}
-LSTM_P = {"model.init_args.cell_options": {"peepholes": True}}
-LAST_WORDS = {"data.init_args.keep_words": "last"}
 
 
 def _srnn_mnist() -> Table:

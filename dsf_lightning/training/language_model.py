@@ -624,5 +624,6 @@ class LanguageModelModule(L.LightningModule):
 
 def _own_cpu_copies(tensors: list[Tensor]) -> list[Tensor]:
     """CPU copies that own just their elements: a carried state is often a view into the window's outputs,
-    and ``torch.save`` writes a view's whole storage (``.cpu()`` of a CPU tensor is the view itself)."""
-    return [t.detach().to("cpu").clone(memory_format=torch.contiguous_format) for t in tensors]
+    and ``torch.save`` writes a view's whole storage (``.cpu()`` of a CPU tensor is the view itself). One copy
+    each, also from a GPU."""
+    return [t.detach().to("cpu", memory_format=torch.contiguous_format, copy=True) for t in tensors]

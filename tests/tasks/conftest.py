@@ -4,6 +4,8 @@ Real data (MNIST, Fashion-MNIST, IMDB) comes from ``DSF_DATA_ROOT`` (default ``/
 that read it are marked ``corpus`` and skipped when the files are absent.
 """
 
+import json
+import lzma
 import os
 from pathlib import Path
 
@@ -33,3 +35,17 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+WORDS = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(30)]  # waa, wab, ...: the normalizer keeps them
+
+
+def write_numbered_imdb(root, n_words=30):
+    """Two reviews per split whose words are the letters-only WORDS[:n_words] (so a cut shows which end it kept)."""
+    (root / "imdb").mkdir(parents=True)
+    for split in ("train", "test"):
+        with lzma.open(root / "imdb" / f"{split}.jsonl.xz", "wt", encoding="utf-8") as f:
+            for label in (0, 1):
+                f.write(json.dumps({"id": label, "rating": 9 if label else 2, "label": label,
+                                    "text": " ".join(WORDS[:n_words])}) + "\n")
+    return root

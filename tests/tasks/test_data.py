@@ -26,7 +26,7 @@ from dsf_lightning.tasks import (
 from dsf_lightning.tasks.data import IGNORE_INDEX
 from dsf_lightning.tasks.languages import TOMITA_SPLITS, tomita_accepts
 
-from .conftest import need
+from .conftest import WORDS, need, write_numbered_imdb
 
 
 def test_vocabulary_wraps_sequences_in_start_and_end_tokens():
@@ -239,30 +239,16 @@ def test_imdb_words_truncation_and_splits(data_root):
     assert len(data.vocab) == 5000 + 4
 
 
-WORDS = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(30)]  # waa, wab, ...: the normalizer keeps them
-
-
-def _write_numbered_imdb(root, n_words=30):
-    """Two reviews per split whose words are the letters-only WORDS[:n_words] (so a cut shows which end it kept)."""
-    import json
-    import lzma
-
-    (root / "imdb").mkdir(parents=True)
-    for split in ("train", "test"):
-        with lzma.open(root / "imdb" / f"{split}.jsonl.xz", "wt", encoding="utf-8") as f:
-            for label in (0, 1):
-                f.write(json.dumps({"id": label, "rating": 9 if label else 2, "label": label,
-                                    "text": " ".join(WORDS[:n_words])}) + "\n")
-    return root
-
-
 @pytest.mark.parametrize("keep, expected", [("first", WORDS[:5]), ("last", WORDS[-5:])])
 def test_imdb_keep_words_chooses_which_end_of_a_review_a_cut_keeps(tmp_path, keep, expected):
-    data = IMDBSentimentDataModule(data_root=_write_numbered_imdb(tmp_path), verify=False, valid_every=0,
+    data = IMDBSentimentDataModule(data_root=write_numbered_imdb(tmp_path), verify=False, valid_every=0,
                                    train_max_length=5, test_max_lengths=(5, None), keep_words=keep)
     data.setup("fit")
     data.setup("test")
-    words = lambda dataset, i: [data.vocab.symbols[t] for t in dataset[i]["inputs"].tolist()][1:-1]  # noqa: E731  (<s> .. </s>)
+
+    def words(dataset, i):  # the review's words, without <s> .. </s>
+        return [data.vocab.symbols[t] for t in dataset[i]["inputs"].tolist()][1:-1]
+
     assert words(data.train_set, 0) == expected and words(data.train_set, 1) == expected
     assert words(data.test_sets["l5"], 0) == expected
     assert len(words(data.test_sets["full"], 0)) == 30  # no cut: the whole review either way
