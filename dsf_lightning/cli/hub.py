@@ -15,6 +15,7 @@ from typing import Any
 from ..auto import list_models
 from ..export.language_model import export_checkpoint
 from ..hub._folder import STORAGE_DTYPES
+from ..training.read_checkpoint import WEIGHTS
 from .errors import guard
 
 
@@ -80,10 +81,20 @@ def export_command(args: argparse.Namespace) -> int:
         evaluate=tuple(s for s in (args.evaluate or "").split(",") if s),
         dynamic=tuple(args.dynamic or ()),
         dynamic_updates=args.dynamic_updates,
+        weights=args.weights,
     )
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights)")
+    which = _exported_weights(folder)
+    if which:
+        print(f"weights: {which}")
     return 0
+
+
+def _exported_weights(folder: Path) -> str | None:
+    """The line config.json's info records on which weights of the checkpoint the folder holds."""
+    info = json.loads((Path(folder) / "config.json").read_text()).get("info") or {}
+    return (info.get("checkpoint") or {}).get("weights")
 
 
 _CLASSIFIER_ONLY = {"recipe": "--recipe", "max_length": "--max-length", "prototypes": "--prototypes"}
@@ -132,10 +143,13 @@ def _export_classifier(args: argparse.Namespace) -> int:
         args.checkpoint, args.output, recipe=args.recipe, data_root=args.data_root, dtype=args.dtype,
         eval_results=eval_results, info=info, card_extra=card_extra,
         evaluate=tuple(s for s in (args.evaluate or "").split(",") if s),
-        prototypes=0 if args.prototypes is False else args.prototypes, max_length=args.max_length,
+        prototypes=0 if args.prototypes is False else args.prototypes, max_length=args.max_length, weights=args.weights,
     )
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights, text classifier)")
+    which = _exported_weights(folder)
+    if which:
+        print(f"weights: {which}")
     return 0
 
 
@@ -164,7 +178,8 @@ def _export_onnx(args: argparse.Namespace) -> int:
         from ..training.read_checkpoint import pretrained_from_checkpoint
 
         model = pretrained_from_checkpoint(
-            source, args.corpus, data_root=args.data_root, corpus_options=dict(args.corpus_option or [])
+            source, args.corpus, data_root=args.data_root, corpus_options=dict(args.corpus_option or []),
+            weights=args.weights,
         )
     else:
         model = args.checkpoint  # a pretrained folder or a published name: the hub's loader resolves it
@@ -199,6 +214,9 @@ def add_export_parser(subparsers, help: str | None = None) -> argparse.ArgumentP
     parser.add_argument("--corpus-option", action="append", type=_key_value, metavar="KEY=VALUE",
                         help="a corpus option (value parsed as JSON when it is), repeatable; e.g. tokenizer=char")
     parser.add_argument("--dtype", choices=sorted(STORAGE_DTYPES), default="float32", help="weight storage (float16 halves the size)")
+    parser.add_argument("--weights", choices=WEIGHTS, default="auto",
+                        help="a run with PolyakAveraging kept averaged weights beside its training ones: 'auto' (default) "
+                             "and 'averaged' read the average (what its validation measured), 'training' the iterate")
     parser.add_argument("--eval-results", metavar="JSON|FILE",
                         help='model-index results, e.g. \'[{"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}]\'')
     parser.add_argument("--evaluate", metavar="SPLITS",

@@ -29,7 +29,7 @@ from ..tasks.pretrained import (
     describe,
     save_classifier,
 )
-from ..training.read_checkpoint import cli_configs, load_checkpoint, read_cli_config, sequence_module_name
+from ..training.read_checkpoint import checkpoint_weights, cli_configs, load_checkpoint, read_cli_config, sequence_module_name
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +126,7 @@ def classifier_from_checkpoint(
     data_root=None,
     info: dict | None = None,
     max_length: int | None = None,
+    weights: str = "auto",
 ) -> tuple[PretrainedClassifier, Any]:
     """A :class:`PretrainedClassifier` (and its DataModule) from a ``SequenceClassifier`` checkpoint of ``dsf fit``.
 
@@ -154,7 +155,8 @@ def classifier_from_checkpoint(
                               "folder holds text classifiers only")
     fix = "was the checkpoint written by SequenceClassifier with a cell this installation provides?"
     model, expected = _build(arch, path, error=CheckpointError, fix=fix)
-    state = match_state(dict(ckpt["state_dict"]), {}, expected, describe(arch), f"{path} (state_dict)",
+    state_dict, which_weights = checkpoint_weights(ckpt, path, weights)  # the average a PolyakAveraging run validated
+    state = match_state(dict(state_dict), {}, expected, describe(arch), f"{path} (state_dict)",
                         described_by="its hyper_parameters", error=CheckpointError, fix=fix)
     load_state(model, state)
 
@@ -189,6 +191,8 @@ def classifier_from_checkpoint(
                        "lightning_version": ckpt.get("pytorch-lightning_version")},
         "training": _jsonable(training),
     }
+    if which_weights is not None:
+        recorded["checkpoint"]["weights"] = which_weights
     recorded.update(_plain_json(info or {}, "info"))
     pretrained = PretrainedClassifier(
         model=model, vocab=vocab, tokenizer=get_tokenizer(datamodule.text_tokenizer, eos=None), labels=labels,
@@ -283,6 +287,7 @@ def export_classifier_checkpoint(
     evaluate: Sequence[str] = (),
     prototypes: int | None = 0,
     max_length: int | None = None,
+    weights: str = "auto",
 ) -> Path:
     """:func:`classifier_from_checkpoint` then :func:`save_classifier`; returns the folder.
 
@@ -294,7 +299,7 @@ def export_classifier_checkpoint(
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
     pretrained, datamodule = classifier_from_checkpoint(ckpt_path, recipe=recipe, data_root=data_root, info=info,
-                                                        max_length=max_length)
+                                                        max_length=max_length, weights=weights)
     if evaluate or prototypes != 0:
         round_to_storage(pretrained.model, dtype)  # measure the weights the folder will hold
     if evaluate:

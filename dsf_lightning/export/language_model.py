@@ -33,6 +33,7 @@ def export_checkpoint(
     evaluate: Sequence[str] = (),
     dynamic: Sequence[int] = (),
     dynamic_updates: str = "segment",
+    weights: str = "auto",
 ) -> Path:
     """:func:`pretrained_from_checkpoint` then :func:`save_pretrained`; returns the folder.
 
@@ -40,12 +41,15 @@ def export_checkpoint(
     stored (rounded to ``dtype`` first) and puts the numbers in the card and ``info["metrics"]``;
     ``dynamic`` (``(1, 2)``) adds the test numbers under dynamic evaluation #1 / #2 (DSF sec 4.2), with an
     SGD update every 20 tokens (``dynamic_updates="segment"``) or after each sentence (``"sentence"``, the
-    paper's); ``info["metrics"]["dynamic_updates"]`` and the card record which.
+    paper's); ``info["metrics"]["dynamic_updates"]`` and the card record which. ``weights``: which weights of the
+    checkpoint (:func:`~dsf_lightning.training.read_checkpoint.checkpoint_weights`: by default the PolyakAveraging
+    average where the run kept one, as its validation did).
     """
     if dynamic and dynamic_updates not in ("segment", "sentence"):
         raise ValueError(f"dynamic_updates must be 'segment' (every 20 tokens) or 'sentence' (after each sentence), "
                          f"got {dynamic_updates!r}")
-    pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options, info=info)
+    pretrained = pretrained_from_checkpoint(ckpt_path, corpus_name, data_root=data_root, corpus_options=corpus_options,
+                                            info=info, weights=weights)
     if evaluate:
         from ..evaluation import evaluate_on_corpus
 

@@ -50,6 +50,44 @@ def load_checkpoint(path: Path, what: str = "LanguageModelModule") -> dict:
     return ckpt
 
 
+#: which weights of a checkpoint to read: ``auto`` the averaged ones when the run kept an average, else the training ones
+WEIGHTS = ("auto", "averaged", "training")
+
+
+def checkpoint_weights(ckpt: dict, path: Path, weights: str = "auto") -> tuple[dict, str | None]:
+    """The checkpoint's ``state_dict`` with the weights asked for, and a line saying which they are.
+
+    A run with :class:`~dsf_lightning.training.callbacks.PolyakAveraging` validated (and its ModelCheckpoint
+    chose ``best.ckpt`` by) the *averaged* weights, but the checkpoint's ``state_dict`` holds the training
+    iterate, so the averages (the callback's state) replace the matching entries for ``weights="auto"`` /
+    ``"averaged"``. The line is None for the training weights of a run that kept no average.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    states = {k: v for k, v in (ckpt.get("callbacks") or {}).items() if str(k).startswith("PolyakAveraging")}
+    kept = {k: v for k, v in states.items() if isinstance(v, dict) and v.get("averages")}
+    if weights == "training" or (weights == "auto" and not kept):
+        return ckpt["state_dict"], ("the training weights (the run also kept an average: --weights averaged reads it)"
+                                    if kept else None)
+    if not kept:
+        raise CheckpointError(f"{path}: holds no averaged weights (its run had no PolyakAveraging callback, or it saved "
+                              "before the average began): read its training weights (weights='training' / --weights training)")
+    if len(kept) > 1:
+        raise CheckpointError(f"{path}: holds {len(kept)} PolyakAveraging averages ({', '.join(sorted(kept))}); read its "
+                              "training weights, or load the one you want from checkpoint['callbacks'] yourself")
+    (state,) = kept.values()
+    averages = state["averages"]
+    missing = sorted(set(averages) - set(ckpt["state_dict"]))
+    if missing:
+        raise CheckpointError(f"{path}: the PolyakAveraging average has weights the model lacks ({', '.join(missing[:5])})")
+    merged = dict(ckpt["state_dict"])
+    for name, value in averages.items():
+        merged[name] = value.to(merged[name].dtype)
+    decay = state.get("decay")
+    kind = "arithmetic mean" if decay is None else f"exponential moving average (decay {decay:g})"
+    return merged, f"PolyakAveraging: the {kind} of {int(state.get('num_averaged') or 0):,} training iterates"
+
+
 def cli_configs(path: Path) -> list[Path]:
     """The LightningCLI ``config.yaml`` files that may describe the run that wrote checkpoint ``path``, nearest
     first: beside it, one or two folders up, then in the loggers' ``<run>/*/version_*/`` folders (the newest
@@ -138,12 +176,15 @@ def pretrained_from_checkpoint(
     data_root=None,
     corpus_options: dict | None = None,
     info: dict | None = None,
+    weights: str = "auto",
 ) -> Pretrained:
     """A :class:`Pretrained` from a ``LanguageModelModule`` checkpoint.
 
     The checkpoint is read with ``torch.load(weights_only=True)`` (never a full unpickle). The model
     config comes from ``hyper_parameters``, the weights from the ``state_dict`` keys under ``model.``
-    (checked strictly). The vocabulary and tokenizer come from ``corpus``: a loaded ``Corpus``, or a
+    (checked strictly); ``weights`` picks the averaged or the training weights (:func:`checkpoint_weights`:
+    by default the average a PolyakAveraging run validated, where it kept one). The vocabulary and tokenizer
+    come from ``corpus``: a loaded ``Corpus``, or a
     corpus name; when ``None`` the name (and data root / options) is taken from the checkpoint's
     ``datamodule_hyper_parameters`` or from a LightningCLI ``config.yaml`` beside it. ``info`` is
     merged over what is recorded automatically (corpus, checkpoint epoch/step, training settings).
@@ -156,7 +197,8 @@ def pretrained_from_checkpoint(
             "`dsf export` (which tells the kinds apart) or dsf_lightning.tasks.pretrained.export_classifier_checkpoint"
         )
     config = _config_from_hparams(ckpt["hyper_parameters"], path)
-    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    state_dict, which_weights = checkpoint_weights(ckpt, path, weights)
+    state = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
     if not state:
         raise CheckpointError(f"{path}: state_dict has no 'model.' entries: not a LanguageModelModule checkpoint")
     model, expected = _expected_state(
@@ -217,6 +259,8 @@ def pretrained_from_checkpoint(
         },
         "training": _jsonable(training),
     }
+    if which_weights is not None:
+        recorded["checkpoint"]["weights"] = which_weights
     recorded.update(copy.deepcopy(info or {}))
     # the text normalizer: the one the data module applied (data.normalize), else the corpus's own form
     from ..data.normalize import normalizer_for_corpus

@@ -216,3 +216,22 @@ def test_a_recipe_naming_a_class_outside_the_task_datamodules_is_refused(trained
     err = capsys.readouterr().err
     assert "subprocess.Popen" in err and "IMDBSentimentDataModule" in err
     assert not (tmp_path / "owned").exists()
+
+
+def test_export_reads_the_average_a_polyak_run_kept(trained, tmp_path, capsys):
+    """A classifier checkpoint whose run kept a PolyakAveraging average (its state written into the checkpoint
+    here) exports the average by default, the training weights with --weights training."""
+    raw = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
+    averages = {k: v + 0.25 for k, v in raw["state_dict"].items() if v.dtype.is_floating_point}
+    raw["callbacks"]["PolyakAveraging{'start_step': 0, 'decay': 0.99}"] = {
+        "start_step": 0, "decay": 0.99, "num_averaged": 7, "last_step": 7, "averages": averages}
+    path = tmp_path / "averaged.ckpt"
+    torch.save(raw, path)
+    shutil.copy(trained["ckpt"].parents[1] / "logs" / "version_0" / "config.yaml", tmp_path / "config.yaml")
+    for flags, expected in (([], averages), (["--weights", "training"], raw["state_dict"])):
+        out = tmp_path / f"clf{len(flags)}"
+        assert main(["export", str(path), str(out), *flags]) == 0
+        loaded = load_classifier(out)
+        for name, value in loaded.model.state_dict().items():
+            assert torch.equal(value, expected[name]), name
+    assert "weights: PolyakAveraging: the exponential moving average (decay 0.99) of 7 training iterates" in capsys.readouterr().out
