@@ -15,7 +15,9 @@ process CPU time training:
 Both are measured the same way by code in this file: every ``--eval-every`` CPU minutes and at every
 budget mark (10, 20, 40, 80, 160 minutes up to ``--minutes``) the model is evaluated on the validation
 split as the peer evaluates (10 streams, windows of 35, state carried, mean loss per token); the best
-model so far is kept and, at each budget mark, evaluated on the test split. The CPU time of these
+model so far is kept and, at each budget mark, evaluated on the test split. A recipe with
+``PolyakAveraging`` is measured on its averaged weights (the ones its own validation reads and its
+checkpoints export), the peer on its weights. The CPU time of these
 measurements is not counted (each process subtracts it from its clock); the validation a recipe itself
 runs (the peer's per-epoch validation for its schedule, Lightning's per-epoch validation) is counted.
 
@@ -112,12 +114,17 @@ class Tracker:
         """Start the clock (at the first training step: imports and data set-up are not counted)."""
         self.clock.excluded = time.process_time()
 
+    def due(self) -> bool:
+        """Whether the next :meth:`after_step` measures (the clock has passed a mark)."""
+        spent = self.clock.now()
+        return bool(self._marks and spent >= self._marks[0]) or spent >= self._next_eval
+
     def after_step(self, tokens: int, module, make_step: Callable[[int], Callable]) -> None:
         """Call after every optimizer step: measure when the clock has passed a mark."""
         self.tokens += tokens
-        spent = self.clock.now()
-        if not (self._marks and spent >= self._marks[0]) and spent < self._next_eval:
+        if not self.due():
             return
+        spent = self.clock.now()
         started = time.process_time()
         training = module.training
         module.eval()
@@ -221,19 +228,13 @@ def run_peer(tracker: Tracker, corpus, max_steps: int | None = None) -> dict:
 
 
 # ================================================================================================= ours
-def run_ours(tracker: Tracker, recipe: str, data_root: str, overrides: list[str], workdir: Path) -> dict:
-    """A recipe through the real LightningCLI and Trainer, measured by a callback after every step."""
+def measure_callback(tracker: Tracker, module):
+    """The Lightning callback that measures ``module`` (a LanguageModelModule) for ``tracker`` after every step:
+    with the averaged weights when the trainer has a PolyakAveraging callback (the weights the recipe's own
+    validation reads and its checkpoints export), else with the training weights."""
     import lightning as L
 
-    from dsf_lightning.cli import lightning_cli
-
-    recipe_path = Path(recipe).resolve()  # before the chdir: a relative recipe names a file under the caller's folder
-    workdir.mkdir(parents=True, exist_ok=True)
-    os.chdir(workdir)
-    args = ["--config", str(recipe_path), f"--data.data_root={data_root}",
-            "--trainer.enable_progress_bar=false", "--trainer.max_epochs=1000", *overrides]
-    cli = lightning_cli(args, run=False)
-    trainer, module, data = cli.trainer, cli.model, cli.datamodule
+    from dsf_lightning.training.callbacks import PolyakAveraging
 
     def make_step(streams: int):
         state = [None]
@@ -248,11 +249,31 @@ def run_ours(tracker: Tracker, recipe: str, data_root: str, overrides: list[str]
             tracker.start()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            tracker.after_step(int(batch[0].numel()), pl_module.model, make_step)
+            tokens = int(batch[0].numel())
+            averaging = [cb for cb in trainer.callbacks if isinstance(cb, PolyakAveraging)]
+            if averaging and tracker.due():
+                with averaging[0].averaged(pl_module):
+                    tracker.after_step(tokens, pl_module.model, make_step)
+            else:
+                tracker.after_step(tokens, pl_module.model, make_step)
             if tracker.done:
                 trainer.should_stop = True
 
-    trainer.callbacks.append(Measure())
+    return Measure()
+
+
+def run_ours(tracker: Tracker, recipe: str, data_root: str, overrides: list[str], workdir: Path) -> dict:
+    """A recipe through the real LightningCLI and Trainer, measured by a callback after every step."""
+    from dsf_lightning.cli import lightning_cli
+
+    recipe_path = Path(recipe).resolve()  # before the chdir: a relative recipe names a file under the caller's folder
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chdir(workdir)
+    args = ["--config", str(recipe_path), f"--data.data_root={data_root}",
+            "--trainer.enable_progress_bar=false", "--trainer.max_epochs=1000", *overrides]
+    cli = lightning_cli(args, run=False)
+    trainer, module, data = cli.trainer, cli.model, cli.datamodule
+    trainer.callbacks.append(measure_callback(tracker, module))
     trainer.fit(module, data)
     shown = recipe_path.relative_to(ROOT) if recipe_path.is_relative_to(ROOT) else recipe_path
     return {"parameters": int(sum(p.numel() for p in module.parameters())), "steps": trainer.global_step,

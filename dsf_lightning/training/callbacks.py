@@ -19,9 +19,11 @@ so put :class:`ColumnNormalization` *before* :class:`PolyakAveraging` to average
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
@@ -209,6 +211,22 @@ class PolyakAveraging(L.Callback):
             if name is not None and key in state:
                 state[key] = self._averages[name].detach().clone().to(state[key].device, state[key].dtype)
         return state
+
+    @contextlib.contextmanager
+    def averaged(self, pl_module: L.LightningModule | None = None) -> Iterator[bool]:
+        """Within the block the module holds the averaged weights (what validation sees); the training
+        weights come back after it. Yields False, and changes nothing, before the first averaged step."""
+        module = pl_module if pl_module is not None else self._module
+        if module is None:
+            raise RuntimeError("PolyakAveraging has not been attached to a module yet: pass pl_module")
+        if self._averages is None or self._backup is not None:  # nothing to swap, or swapped in already
+            yield self._backup is not None
+            return
+        self._swap_in(module)
+        try:
+            yield True
+        finally:
+            self._swap_out(module)
 
     @torch.no_grad()
     def _swap_in(self, pl_module: L.LightningModule) -> None:

@@ -429,3 +429,27 @@ def test_gradient_norm_monitor_without_clipping_counts_none():
     monitor = GradientNormMonitor()
     quiet_trainer(max_epochs=1, callbacks=[monitor]).fit(Regression())
     assert monitor.num_steps == 3 and monitor.num_clipped == 0 and monitor.last_norm > 0
+
+
+def test_polyak_averaged_block_holds_the_average_then_gives_the_training_weights_back():
+    model = Regression()
+    polyak = PolyakAveraging(start_step=1, decay=0.5)
+    with polyak.averaged(model) as swapped:  # before fit: nothing to swap in, nothing changed
+        assert swapped is False
+    trainer = quiet_trainer(max_epochs=2, callbacks=[polyak])
+    trainer.fit(model)
+    raw = {k: v.clone() for k, v in model.state_dict().items()}
+    average = polyak.averaged_state_dict()
+    assert not torch.equal(average["net.weight"], raw["net.weight"])
+    with polyak.averaged() as swapped:
+        assert swapped is True
+        for k, v in average.items():
+            assert torch.equal(model.state_dict()[k], v), k
+        with polyak.averaged() as again:  # nested: already in, left in
+            assert again is True and torch.equal(model.net.weight, average["net.weight"])
+        assert torch.equal(model.net.weight, average["net.weight"])
+    for k, v in raw.items():
+        assert torch.equal(model.state_dict()[k], v), k
+    with pytest.raises(ZeroDivisionError), polyak.averaged():  # an error inside still gives the weights back
+        1 / 0
+    assert torch.equal(model.net.weight, raw["net.weight"])
