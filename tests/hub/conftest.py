@@ -120,6 +120,28 @@ def write_text_corpus(root: Path, seed: int = 0) -> Path:
     return root
 
 
+def fit_tiny_lm(tmp: Path, callbacks: list, **module_kwargs):
+    """Two epochs of the real Trainer on a tiny text-folder corpus (written under ``tmp``) with a ModelCheckpoint
+    saving ``tmp/checkpoints/last.ckpt``; returns the corpus root, the trained module and the DataModule."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from dsf_lightning.training import LanguageModelModule
+    from dsf_lightning.training.datamodule import LanguageModelDataModule
+
+    root = write_text_corpus(tmp / "corpus")
+    L.seed_everything(0, verbose=False)
+    data = LanguageModelDataModule("text-folder", data_root=str(root), batch_size=4, bptt=7, eval_batch_size=2)
+    module = LanguageModelModule(vocab_size=data.vocab_size, **module_kwargs)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, logger=False, max_epochs=2, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, use_distributed_sampler=False,
+        callbacks=[*callbacks, ModelCheckpoint(dirpath=tmp / "checkpoints", monitor="val_loss", save_last=True)],
+    )
+    trainer.fit(module, data)
+    return root, module, data
+
+
 def client_env(tmp_path: Path, endpoint: str | None, offline: bool) -> dict:
     """Environment for a subprocess running the real huggingface_hub client (it reads these at import)."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("HF_", "HUGGINGFACE_", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"))}

@@ -3,10 +3,8 @@ ModelCheckpoint's choice of ``best.ckpt``, measured the averaged weights, while 
 holds the training iterate. ``dsf export`` must write the model that was measured: the average, unless
 ``--weights training`` asks for the iterate."""
 
-import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 from dsf_lightning.cli import main
 from dsf_lightning.export.language_model import export_checkpoint
@@ -14,10 +12,9 @@ from dsf_lightning.hub._folder import CheckpointError
 from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.training import LanguageModelModule
 from dsf_lightning.training.callbacks import PolyakAveraging
-from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training.read_checkpoint import checkpoint_weights
 
-from .conftest import logits_of, write_text_corpus
+from .conftest import fit_tiny_lm, logits_of
 
 SETTINGS = dict(cell="delta-rnn", hidden_sizes=[16], embedding_size=16, tie_weights=True, lr=3e-2)
 
@@ -26,17 +23,8 @@ SETTINGS = dict(cell="delta-rnn", hidden_sizes=[16], embedding_size=16, tie_weig
 def averaged_run(tmp_path_factory):
     """Two epochs of the real Trainer with an EMA of the weights; the module and the callback as they ended."""
     tmp = tmp_path_factory.mktemp("polyak-run")
-    root = write_text_corpus(tmp / "corpus")
-    L.seed_everything(0, verbose=False)
-    data = LanguageModelDataModule("text-folder", data_root=str(root), batch_size=4, bptt=7, eval_batch_size=2)
-    module = LanguageModelModule(vocab_size=data.vocab_size, **SETTINGS)
     polyak = PolyakAveraging(decay=0.8)
-    trainer = L.Trainer(
-        accelerator="cpu", devices=1, logger=False, max_epochs=2, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, use_distributed_sampler=False,
-        callbacks=[polyak, ModelCheckpoint(dirpath=tmp / "checkpoints", monitor="val_loss", save_last=True)],
-    )
-    trainer.fit(module, data)
+    root, module, data = fit_tiny_lm(tmp, [polyak], **SETTINGS)
     averaged = LanguageModelModule(vocab_size=data.vocab_size, **SETTINGS)
     averaged.load_state_dict(polyak.averaged_state_dict(module))
     return {"root": root, "ckpt": tmp / "checkpoints" / "last.ckpt", "training": module.eval(), "averaged": averaged.eval(),

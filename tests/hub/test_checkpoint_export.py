@@ -3,39 +3,24 @@
 import argparse
 import json
 
-import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 from dsf_lightning.cli.hub import add_export_parser
 from dsf_lightning.data.corpora import load_corpus
 from dsf_lightning.export.language_model import export_checkpoint, pretrained_from_checkpoint
 from dsf_lightning.hub._folder import CheckpointError
 from dsf_lightning.model.pretrained import load_pretrained
-from dsf_lightning.training import LanguageModelModule
-from dsf_lightning.training.datamodule import LanguageModelDataModule
 
-from .conftest import Boom, logits_of, write_text_corpus
+from .conftest import Boom, fit_tiny_lm, logits_of
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Train two epochs on a tiny text-folder corpus with the real Trainer and a ModelCheckpoint."""
     tmp = tmp_path_factory.mktemp("run")
-    root = write_text_corpus(tmp / "corpus")
-    L.seed_everything(0, verbose=False)
-    data = LanguageModelDataModule("text-folder", data_root=str(root), batch_size=4, bptt=7, eval_batch_size=2)
-    module = LanguageModelModule(
-        vocab_size=data.vocab_size, cell="delta-rnn", hidden_sizes=[16], embedding_size=16, tie_weights=True,
-        dropout_input=0.1, lr=3e-3, lr_halving_patience=1,
-    )
-    checkpoint = ModelCheckpoint(dirpath=tmp / "checkpoints", monitor="val_loss", save_last=True)
-    trainer = L.Trainer(
-        accelerator="cpu", devices=1, logger=False, max_epochs=2, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, use_distributed_sampler=False, callbacks=[checkpoint],
-    )
-    trainer.fit(module, data)
+    root, module, data = fit_tiny_lm(tmp, [], cell="delta-rnn", hidden_sizes=[16], embedding_size=16, tie_weights=True,
+                                     dropout_input=0.1, lr=3e-3, lr_halving_patience=1)
     module.eval()
     return {"root": root, "ckpt": tmp / "checkpoints" / "last.ckpt", "module": module, "corpus": data.corpus, "tmp": tmp}
 
