@@ -334,6 +334,9 @@ def report(out: Path, budgets: tuple[float, ...], command: str) -> Path:
             cells += [f"{rec['best_val_ppl']:.2f}", f"{rec['test_ppl']:.2f}"] if rec else ["", ""]
         verdicts = [_below(values, key) for key in ("best_val_ppl", "test_ppl")]
         lines.append(f"| {minutes:g} | " + " | ".join(cells + verdicts) + " |")
+    trained = {name: [f"{r['tokens'] / 1e6:.2f}M" for r in runs[name]["at_budget"]] for name in ("peer", "ours")}
+    lines += ["", f"Tokens trained by {', '.join(f'{m:g}' for m in budgets)} CPU minutes: peer {', '.join(trained['peer'])}; "
+              f"ours {', '.join(trained['ours'])}."]
     plot = _plot(runs, out / "time_to_quality.png")
     if plot:
         lines += ["", f"![validation perplexity against CPU minutes]({plot.name})"]
