@@ -245,14 +245,16 @@ def measure_callback(tracker: Tracker, module):
         return step
 
     class Measure(L.Callback):
+        averaging: list = []  # the trainer's PolyakAveraging, found once at the start
+
         def on_train_start(self, trainer, pl_module) -> None:
+            self.averaging = [cb for cb in trainer.callbacks if isinstance(cb, PolyakAveraging)]
             tracker.start()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             tokens = int(batch[0].numel())
-            averaging = [cb for cb in trainer.callbacks if isinstance(cb, PolyakAveraging)]
-            if averaging and tracker.due():
-                with averaging[0].averaged(pl_module):
+            if self.averaging and tracker.due():
+                with self.averaging[0].averaged(pl_module):
                     tracker.after_step(tokens, pl_module.model, make_step)
             else:
                 tracker.after_step(tokens, pl_module.model, make_step)

@@ -85,16 +85,16 @@ def export_command(args: argparse.Namespace) -> int:
     )
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights)")
-    which = _exported_weights(folder)
-    if which:
-        print(f"weights: {which}")
+    _say_which_weights(folder)
     return 0
 
 
-def _exported_weights(folder: Path) -> str | None:
-    """The line config.json's info records on which weights of the checkpoint the folder holds."""
+def _say_which_weights(folder: Path) -> None:
+    """Print the line config.json's info records on which weights of the checkpoint the folder holds, if any."""
     info = json.loads((Path(folder) / "config.json").read_text()).get("info") or {}
-    return (info.get("checkpoint") or {}).get("weights")
+    which = (info.get("checkpoint") or {}).get("weights")
+    if which:
+        print(f"weights: {which}")
 
 
 _CLASSIFIER_ONLY = {"recipe": "--recipe", "max_length": "--max-length", "prototypes": "--prototypes"}
@@ -147,9 +147,7 @@ def _export_classifier(args: argparse.Namespace) -> int:
     )
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     print(f"exported {args.checkpoint} -> {folder} ({total / 1e6:.2f} MB, {args.dtype} weights, text classifier)")
-    which = _exported_weights(folder)
-    if which:
-        print(f"weights: {which}")
+    _say_which_weights(folder)
     return 0
 
 

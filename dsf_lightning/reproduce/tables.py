@@ -391,8 +391,6 @@ def _srnn_imdb_truncated(last: bool) -> tuple[Row, ...]:
     )
 
 
-
-
 def _srnn_mnist() -> Table:
     rows = (
         _task_row("lstm-pixel", "LSTM, pixel MNIST", 1 - 0.977, "mnist/lstm_pixel.yaml"),

@@ -64,8 +64,8 @@ def checkpoint_weights(ckpt: dict, path: Path, weights: str = "auto") -> tuple[d
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-    states = {k: v for k, v in (ckpt.get("callbacks") or {}).items() if str(k).startswith("PolyakAveraging")}
-    kept = {k: v for k, v in states.items() if isinstance(v, dict) and v.get("averages")}
+    kept = {k: v for k, v in (ckpt.get("callbacks") or {}).items()
+            if str(k).startswith("PolyakAveraging") and isinstance(v, dict) and v.get("averages")}
     if weights == "training" or (weights == "auto" and not kept):
         return ckpt["state_dict"], ("the training weights (the run also kept an average: --weights averaged reads it)"
                                     if kept else None)
