@@ -188,7 +188,7 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
     corpus = info.get("corpus", "an unnamed corpus")
     metric_word = "bits per character" if tok.name == "char" else "perplexity"
     description = (
-        f"A {cfg.cell} recurrent language model ({len(cfg.hidden_sizes)} layer(s) of "
+        f"A recurrent language model with the `{cfg.cell}` cell ({len(cfg.hidden_sizes)} layer(s) of "
         f"{', '.join(map(str, cfg.hidden_sizes))} units) trained on {corpus} with "
         f"dsf-lightning, {tok.name}-level, "
         f"{len(pretrained.vocab):,} symbols. Its headline metric is {metric_word}."
@@ -339,7 +339,7 @@ def _classifier_fields(pretrained, eval_entries: list[dict], files: dict[str, in
     reads = f"the first {pretrained.max_length:,} symbols of each text" if pretrained.max_length else "whole texts"
     level = "character" if tok.name == "char" else tok.name
     description = (
-        f"A {arch['cell']} text classifier ({arch['hidden_size']} units{centroids}) trained on {corpus} with "
+        f"A text classifier with the `{arch['cell']}` cell ({arch['hidden_size']} units{centroids}) trained on {corpus} with "
         f"dsf-lightning. It reads {level}-level text ({len(vocab):,} symbols) and gives one of {len(pretrained.labels)} "
         f"labels ({labels}) with the probability of each. Its headline metric is accuracy."
     )

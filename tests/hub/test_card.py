@@ -182,3 +182,21 @@ def test_the_bundled_card_snippet_runs(monkeypatch, capsys):
     exec(compile(_python_block(text), "delta-rnn-ptb.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("['the', 'market', 'rose', 'sharply', '<eos>']") and out[-1].startswith("RecurrentLM ")
+
+
+@pytest.mark.parametrize("cell", ["lstm", "elman", "irlm"])
+def test_the_description_names_the_cell_without_a_wrong_article(tmp_path, cell):
+    # "A lstm recurrent language model" read wrong for cells whose names start with a vowel sound
+    lm = ModelCard.load(save_pretrained(tiny_pretrained(cell), tmp_path / "lm") / "README.md").text
+    assert f"A recurrent language model with the `{cell}` cell (1 layer(s) of 8 units)" in lm
+    assert f"A {cell} " not in lm
+
+
+def test_the_classifier_description_names_the_cell_without_a_wrong_article(tmp_path):
+    from dsf_lightning.tasks.pretrained import save_classifier
+
+    from .conftest import tiny_classifier
+
+    text = ModelCard.load(save_classifier(tiny_classifier("sr-lstm-p"), tmp_path / "clf") / "README.md").text
+    assert "A text classifier with the `sr-lstm-p` cell (8 units, 3 centroids)" in text
+    assert "A sr-lstm-p " not in text
