@@ -4,6 +4,8 @@ import csv
 import functools
 import json
 import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,37 @@ def test_interrupted_parallel_run_stops_its_children_and_the_next_run_retries(tm
     summary = run_table("dsf-table1-word", rows=["elman", "lstm"], jobs=2, scale="tiny", data_root=DATA_ROOT,
                                out=out, log=lambda _: None)
     assert sorted(summary["ran"]) == ["elman", "lstm"] and not summary["failed"]
+
+
+@needs_ptb
+def test_a_stopped_rows_progress_outlives_its_run_folder(tmp_path, monkeypatch, capsys):
+    """The runner copies a training row's progress into the state after every epoch: when the row is stopped
+    and its run folder is lost (another machine, a cleaned disk), the table still shows its epochs and costs."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    state_path = out / "dsf-table1-word.state.json"
+    deadline = time.monotonic() + 120
+
+    def wait(seconds):  # stop the run once the state holds an epoch of the row's progress
+        if state_path.is_file() and json.loads(state_path.read_text())["rows"]["elman"].get("progress", {}).get("epochs"):
+            raise KeyboardInterrupt
+        if time.monotonic() > deadline:
+            raise RuntimeError("the state never recorded the row's progress")
+        time.sleep(0.2)
+
+    monkeypatch.setattr(parallel, "_wait", wait)
+    with pytest.raises(KeyboardInterrupt):
+        run_table("dsf-table1-word", rows=["elman"], jobs=2, scale="tiny", data_root=DATA_ROOT, out=out,
+                  overrides=["--trainer.max_epochs=100000"], log=lambda _: None)
+    live = read_csv(out / "dsf-table1-word.csv")["elman"]
+    shutil.rmtree(out / "runs")
+    assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
+    row = read_csv(out / "dsf-table1-word.csv")["elman"]
+    assert int(row["epochs"]) >= 1 and float(row["cpu_seconds"]) > 0
+    assert row["message"].startswith(f"running: {row['epochs']} epoch(s) so far, last valid loss")
+    assert int(row["epochs"]) >= int(live["epochs"] or 0)
+    curves = [r for r in csv.DictReader(open(out / "dsf-table1-word.curves.csv")) if r["row"] == "elman"]
+    assert len(curves) == int(row["epochs"])
 
 
 def test_jobs_and_threads_are_checked(tmp_path):

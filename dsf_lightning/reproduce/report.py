@@ -46,16 +46,41 @@ def row_folder(out: Path, table_id: str, row_key: str) -> Path:
     return Path(out) / "runs" / table_id / row_key
 
 
+def row_progress(entry: dict, folder: Path) -> dict:
+    """A row's ``progress.json``, or, when its folder is gone (another machine, a cleaned disk), the copy the
+    runner last recorded in the state (``entry["progress"]``, see :func:`record_progress`)."""
+    progress = read_progress(folder) if folder.is_dir() else {"sittings": [], "epochs": []}
+    if progress["sittings"] or progress["epochs"]:
+        return progress
+    kept = entry.get("progress") or {}
+    return {"sittings": list(kept.get("sittings", [])), "epochs": list(kept.get("epochs", []))}
+
+
+def record_progress(table: Table, state: dict, out: Path) -> None:
+    """Copy each unfinished row's ``progress.json`` into its state entry, so the table keeps a row's epochs
+    and costs when its run folder is lost; a finished row's record is its own (``epochs``, costs)."""
+    for row in table.rows:
+        entry = state.get("rows", {}).get(row.key)
+        if entry is None:
+            continue
+        if entry.get("status") == STATUS_DONE:
+            entry.pop("progress", None)
+            continue
+        progress = read_progress(row_folder(out, table.id, row.key))
+        if progress["sittings"] or progress["epochs"]:
+            entry["progress"] = {"sittings": progress["sittings"], "epochs": progress["epochs"]}
+
+
 def row_epochs(entry: dict, folder: Path) -> list[dict]:
-    """A row's validation after every epoch: from the state when it is done, else from its ``progress.json``."""
+    """A row's validation after every epoch: from the state when it is done, else from its progress."""
     if entry.get("status") == STATUS_DONE and entry.get("epochs") is not None:
         return list(entry["epochs"])
-    return read_progress(folder)["epochs"] if folder.is_dir() else []
+    return row_progress(entry, folder)["epochs"]
 
 
 def _live(entry: dict, folder: Path) -> dict:
     """Costs and a one-line status of a row that has not finished (running, queued, stopped or failed)."""
-    progress = read_progress(folder) if folder.is_dir() else {"sittings": [], "epochs": []}
+    progress = row_progress(entry, folder)
     if not progress["sittings"]:
         return {}
     spent, epochs = totals(progress), progress["epochs"]

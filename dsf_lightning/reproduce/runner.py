@@ -62,7 +62,7 @@ import yaml
 
 from .._fs import write_atomic
 from ..cells import UnknownCellError, get_cell
-from .report import STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, row_folder, write_outputs
+from .report import STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, record_progress, row_folder, write_outputs
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
 
 logger = logging.getLogger(__name__)
@@ -615,6 +615,7 @@ def run_table(
 
     def save() -> None:
         if writer:
+            record_progress(table, state, out)
             write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
             write_outputs(table, state, out, scale)
 
