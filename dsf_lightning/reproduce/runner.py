@@ -62,7 +62,17 @@ import yaml
 
 from .._fs import write_atomic
 from ..cells import UnknownCellError, get_cell
-from .report import STATUS_DONE, STATUS_FAILED, STATUS_PENDING, STATUS_QUEUED, STATUS_RUNNING, STATUS_SKIPPED, record_progress, row_folder, write_outputs
+from .report import (
+    STATUS_DONE,
+    STATUS_FAILED,
+    STATUS_PENDING,
+    STATUS_QUEUED,
+    STATUS_RUNNING,
+    STATUS_SKIPPED,
+    record_progress,
+    row_folder,
+    write_outputs,
+)
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
 
 logger = logging.getLogger(__name__)
