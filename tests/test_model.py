@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from dsf_lightning.model import LMConfig, ModelConfigError, RecurrentLM, count_parameters
 
@@ -46,6 +47,19 @@ def test_one_hot_input_equals_an_embedding_of_the_input_matrix():
         out, state = cell.recur(projected[:, t], state)
         outs.append(out)
     torch.testing.assert_close(logits, lm.decoder(torch.stack(outs, 1)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_one_hot_writes_what_torch_one_hot_writes(dtype):
+    from dsf_lightning.ops.one_hot import one_hot
+
+    ids = torch.tensor([[0, 3, 9], [9, 9, 1]])
+    torch.testing.assert_close(one_hot(ids, 10, dtype), F.one_hot(ids, 10).to(dtype), rtol=0, atol=0)
+    assert one_hot(ids, 10, dtype).dtype == dtype and one_hot(ids[:0], 10).shape == (0, 3, 10)
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 9\), got values from 0 to 9"):
+        one_hot(ids, 9)
+    with pytest.raises(TypeError, match="integer ids"):
+        one_hot(ids.float(), 10)
 
 
 def test_tied_scrn_softmax_is_s_U_plus_h_E_transposed():

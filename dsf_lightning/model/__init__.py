@@ -43,6 +43,7 @@ from ..cells import RecurrentCell, State, build_cell
 from ..cells.base import CellOptionError, check_positive_int, check_probability
 from ..hub.mixin import PretrainedModelMixin
 from ..ops.fast_linear import fast_linear
+from ..ops.one_hot import one_hot
 
 ModelState = tuple[State, ...]
 
@@ -289,7 +290,7 @@ class RecurrentLM(PretrainedModelMixin, nn.Module):
         """``tokens`` [B, T] -> ``y^(0)`` [B, T, E] (or one-hot [B, T, V] when embedding_size is 0)."""
         if self.embedding is None:
             dtype = next(self.layers[0].parameters()).dtype
-            return F.one_hot(tokens, self.config.vocab_size).to(dtype)  # [B, T, V]
+            return one_hot(tokens, self.config.vocab_size, dtype)  # [B, T, V]
         weight = self.embedding.weight
         p = self.config.dropout_embedding
         if self.training and p > 0:  # drop whole word types (Gal & Ghahramani)

@@ -33,6 +33,7 @@ from .._modes import evaluating
 from ..cells import build_cell
 from ..cells.base import State
 from ..hub.mixin import PretrainedModelMixin
+from ..ops.one_hot import one_hot
 from ..training.optim import build_optimizer
 from .data import IGNORE_INDEX, pad_ids
 
@@ -88,7 +89,7 @@ class _RecurrentSequenceModule(L.LightningModule):
         if self.input_mode == "embedding":
             return self.embedding(inputs)
         if self.input_mode == "one-hot":
-            return F.one_hot(inputs, self.hparams.vocab_size).to(self.cell_dtype)
+            return one_hot(inputs, self.hparams.vocab_size, self.cell_dtype)
         return inputs.to(self.cell_dtype)
 
     @property
