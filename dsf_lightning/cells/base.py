@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..ops.fast_linear import SequenceLinear, fast_linear
+from ..ops.one_hot import one_hot
 
 State = tuple[Tensor, ...]
 #: a cell's ``implementation``: its fast whole-sequence path, or the plain step loop it is tested against
@@ -172,6 +173,10 @@ class RecurrentCell(nn.Module, abc.ABC):
     #: whether recurrent weight matrices read that state, so that variational dropout has somewhere to
     #: act (False for the IRLM, whose only recurrence is diagonal and carried)
     recurrent_dropout: ClassVar[bool] = True
+    #: whether the fast path (:meth:`forward_fast`) takes token ids ``[B, T]`` for one-hot input of
+    #: ``input_size`` classes and gathers its input weights' columns (``ops.one_hot.one_hot_linear``)
+    #: instead of multiplying one-hot vectors; other cells (and the reference path) are given the vectors
+    reads_ids: ClassVar[bool] = False
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
@@ -301,11 +306,16 @@ class RecurrentCell(nn.Module, abc.ABC):
     def forward(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
-        """A whole sequence: ``x`` ``[B, T, input_size]`` -> (outputs ``[B, T, output_size]``, state).
+        """A whole sequence: ``x`` ``[B, T, input_size]`` (or token ids ``[B, T]``: one-hot input of
+        ``input_size`` classes) -> (outputs ``[B, T, output_size]``, state).
 
         ``state_masks`` as in :meth:`step`, the same mask at every time step. :meth:`forward_fast` or
-        :meth:`forward_reference`, as :attr:`implementation` says.
+        :meth:`forward_reference`, as :attr:`implementation` says; ids reach the fast path of a cell
+        that :attr:`reads_ids`, every other path gets their one-hot vectors.
         """
+        if not x.is_floating_point() and not (self.reads_ids and self._implementation == "fast"):
+            ref = next(self.parameters(), None)
+            x = one_hot(x, self.input_size, ref.dtype if ref is not None else torch.float32)
         if self._implementation == "reference":
             return self.forward_reference(x, state, state_masks)
         return self.forward_fast(x, state, state_masks)

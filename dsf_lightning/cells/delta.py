@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from ..ops.fast_linear import fast_linear
 from ..ops.final_state import through_final_state
 from ..ops.fused_rnn import gated_recurrence
+from ..ops.one_hot import one_hot, one_hot_linear
 from .base import MaybeMasks, RecurrentCell, SequenceLoopCell, State, activation, check_choice, check_probability
 from .registry import register_cell
 
@@ -112,6 +113,7 @@ class DeltaRNNCell(RecurrentCell):
 
     citation, equations, family = DSF_CITATION, "DSF eqs 3-5, 8, 10-12", "delta-rnn"
     regularization_options = frozenset({"dropout"})  # eq. 12's rate: no parameter depends on it
+    reads_ids = True  # one-hot input: W x_t is a gathered column of W (forward_fast)
 
     def __init__(
         self,
@@ -186,17 +188,19 @@ class DeltaRNNCell(RecurrentCell):
     def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
-        if x.dim() != 3 or x.shape[1] == 0:
-            return self.forward_reference(x, state, state_masks)
-        if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # no jvp rule in the fast path
-            return self.forward_reference(x, state, state_masks)
-        self._check_input(x, 3)
+        ids = not x.is_floating_point()  # one-hot input as token ids [B, T] (reads_ids)
+        if (x.dim() != (2 if ids else 3) or x.shape[1] == 0
+                or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0):  # no jvp rule in the fast path
+            return self.forward_reference(one_hot(x, self.input_size, self.W.dtype) if ids else x, state, state_masks)
+        if not ids:
+            self._check_input(x, 3)
         if state is None:
-            state = self.init_state(x.shape[0], x.device, x.dtype)
+            state = self.init_state(x.shape[0], x.device, None if ids else x.dtype)
         (h0,) = state
         hmask = self.recurrent_mask(state_masks)
         T, (Bsz, H) = x.shape[1], h0.shape
-        Wx = fast_linear(x.transpose(0, 1), self.W)  # [T, B, H]: time first, each step contiguous
+        # [T, B, H]: time first, each step contiguous; a one-hot x_t picks column x_t of W (gathered)
+        Wx = one_hot_linear(x.t(), self.W) if ids else fast_linear(x.transpose(0, 1), self.W)
         if self.inner == "elman":  # eq. 6/8: Vh + Wx + b
             c1, c0 = None, Wx + self.b
         elif self.inner == "second-order":  # eq. 10: Vh * Wx + b

@@ -317,7 +317,10 @@ class RecurrentLM(PretrainedModelMixin, nn.Module):
         """Top-layer outputs ``[B, T, output_size]`` before the decoder, and the new state."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be shaped [B, T], got {tuple(tokens.shape)}")
-        y = self._drop(self.embed(tokens), self.config.dropout_input)  # [B, T, E]
+        if self.embedding is None and self.layers[0].reads_ids and not (self.training and self.config.dropout_input):
+            y = tokens  # one-hot input the first cell projects from the ids (RecurrentCell.reads_ids)
+        else:
+            y = self._drop(self.embed(tokens), self.config.dropout_input)  # [B, T, E]
         if state is None:
             state = self.init_state(tokens.shape[0], tokens.device, y.dtype if y.is_floating_point() else None)
         new_state = []
