@@ -56,7 +56,7 @@ def test_one_hot_writes_what_torch_one_hot_writes(dtype):
     ids = torch.tensor([[0, 3, 9], [9, 9, 1]])
     torch.testing.assert_close(one_hot(ids, 10, dtype), F.one_hot(ids, 10).to(dtype), rtol=0, atol=0)
     assert one_hot(ids, 10, dtype).dtype == dtype and one_hot(ids[:0], 10).shape == (0, 3, 10)
-    with pytest.raises(ValueError, match=r"ids must lie in \[0, 9\), got values from 0 to 9"):
+    with pytest.raises(RuntimeError, match="out of bounds"):
         one_hot(ids, 9)
     with pytest.raises(TypeError, match="integer ids"):
         one_hot(ids.float(), 10)
