@@ -17,7 +17,8 @@ Edge cases, defined:
   ``num_tokens == 0`` and a logged warning for text classifiers;
 * a batch is classified exactly as its texts one by one (texts are grouped by length, padded and masked);
 * a long text is cut: only its first ``max_length`` symbols (after normalization) are read, the rest is
-  ignored (``truncated=True``); ``max_length`` is the folder's (the rule in :mod:`dsf_lightning.tasks.pretrained`:
+  ignored (``truncated=True``), or its last ones for a folder whose ``keep`` is ``"last"`` (a model trained on
+  the last words of each review); ``max_length`` is the folder's (the rule in :mod:`dsf_lightning.tasks.pretrained`:
   4,096 for full-length IMDB models, above any review of the data set) unless given. Normalizing a text reads
   all of it (linear: about 0.2 s per MB here); the network then runs at most ``max_length`` steps, and a batch
   at most ``max_batch_tokens`` padded steps at once, so 1 MB of text takes seconds and bounded memory.
@@ -52,7 +53,8 @@ class Classification:
     ``label``: the most probable class; ``probability``: its probability; ``probabilities``: every label's
     probability (the softmax of the logits, in label order); ``num_tokens``: symbols the model read (start and
     end tokens not counted); ``num_unknown``: of those, how many the vocabulary maps to ``<unk>``;
-    ``truncated``: the text had more than ``max_length`` symbols and only the first were read.
+    ``truncated``: the text had more than ``max_length`` symbols and only the first (or, with the folder's
+    ``keep: last``, the last) were read.
     """
 
     text: str
@@ -95,6 +97,7 @@ class TextClassifier:
         self.model.requires_grad_(False)
         self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
         self.max_length = self._check_max_length(pretrained.max_length if max_length == "folder" else max_length)
+        self.keep = getattr(pretrained, "keep", "first")  # which end of a longer text is read
         self.folder = Path(folder) if folder is not None else None
 
     @classmethod
@@ -136,12 +139,12 @@ class TextClassifier:
         return value
 
     def symbols(self, text: str, max_length: int | None = None) -> tuple[list[str], bool]:
-        """The symbols of ``text`` the model reads (normalized, tokenized, cut at ``max_length``) and whether
-        it was cut."""
+        """The symbols of ``text`` the model reads (normalized, tokenized, cut to ``max_length``: its first or,
+        when the classifier's ``keep`` is ``"last"``, its last symbols) and whether it was cut."""
         normalized = self.normalizer.normalize(text) if self.normalizer is not None else text
         symbols = self.tokenizer.tokenize_line(normalized)
         if max_length is not None and len(symbols) > max_length:
-            return symbols[:max_length], True
+            return (symbols[-max_length:] if self.keep == "last" else symbols[:max_length]), True
         return symbols, False
 
     # -- classification ---------------------------------------------------------------------------------
@@ -194,4 +197,4 @@ class TextClassifier:
 
     def __repr__(self) -> str:
         return (f"TextClassifier(labels={self.labels}, vocab={len(self.vocab):,}, normalize="
-                f"{getattr(self.normalizer, 'name', None)!r}, max_length={self.max_length}, device={str(self.device)!r})")
+                f"{getattr(self.normalizer, 'name', None)!r}, max_length={self.max_length}, keep={self.keep!r}, device={str(self.device)!r})")

@@ -165,10 +165,6 @@ def classifier_from_checkpoint(
     if getattr(datamodule, "text_tokenizer", None) is None or getattr(datamodule, "task", "classification") != "classification":
         raise CheckpointError(f"{source}: {type(datamodule).__name__}'s inputs are not text: a classifier folder holds text "
                               "classifiers only")
-    if getattr(datamodule, "keep_words", "first") != "first":
-        raise CheckpointError(f"{source}: the model was trained on the last words of each text (keep_words="
-                              f"{datamodule.keep_words!r}), but a classifier folder reads the first max_length symbols "
-                              "of a text: it cannot hold this model yet (score it with `dsf test`)")
     vocab = datamodule.prepare_vocab() if hasattr(datamodule, "prepare_vocab") else datamodule.vocab
     if vocab is None or len(vocab) != arch["vocab_size"]:
         raise CheckpointError(
@@ -198,6 +194,7 @@ def classifier_from_checkpoint(
         model=model, vocab=vocab, tokenizer=get_tokenizer(datamodule.text_tokenizer, eos=None), labels=labels,
         info=_plain_json(recorded, "info"), normalize=getattr(datamodule, "text_normalizer", None),
         max_length=max_length if max_length is not None else default_max_length(datamodule),
+        keep=getattr(datamodule, "keep_words", "first"),  # the end of a long review the model was trained on
     )
     return pretrained, datamodule
 

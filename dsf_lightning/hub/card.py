@@ -336,7 +336,8 @@ def _classifier_fields(pretrained, eval_entries: list[dict], files: dict[str, in
     options = arch.get("cell_options") or {}
     centroids = f", {options['k']} centroids" if "k" in options else ""
     labels = ", ".join(pretrained.labels)
-    reads = f"the first {pretrained.max_length:,} symbols of each text" if pretrained.max_length else "whole texts"
+    end = getattr(pretrained, "keep", "first")
+    reads = f"the {end} {pretrained.max_length:,} symbols of each text" if pretrained.max_length else "whole texts"
     level = "character" if tok.name == "char" else tok.name
     description = (
         f"A text classifier with the `{arch['cell']}` cell ({arch['hidden_size']} units{centroids}) trained on {corpus} with "
@@ -388,7 +389,8 @@ empty text is the model's reading of its start and end tokens alone."""
         intended_use=f"Classifying text like {corpus} into {labels}; a baseline for research on (state-regularized) "
         "recurrent classifiers, whose centroids can be read as the states of an automaton (sr-RNN paper sec. 5).",
         limitations=f"It knows only the {len(vocab):,} symbols of its vocabulary and the domain of {corpus}; it reads "
-        f"{reads}, so the end of a longer text does not change its label. Accuracy on other kinds of text is unknown.",
+        f"{reads}, so the {'end' if end == 'first' else 'beginning'} of a longer text does not change its label. "
+        "Accuracy on other kinds of text is unknown.",
         metrics_table=metrics_table, how_to_score=how_to_score, files=files, descriptions=descriptions,
     )
 

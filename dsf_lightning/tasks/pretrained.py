@@ -8,7 +8,8 @@ told apart by config.json's ``task``::
                          "library_version": ..., "model": {num_classes, input_mode, vocab_size, input_size,
                          embedding_size, cell, hidden_size, cell_options, readout, end_token} (the architecture:
                          SequenceClassifier(**model)), "labels": ["negative", "positive"] (class names in id
-                         order), "max_length": 4096 (symbols read from each text), "info": {...},
+                         order), "max_length": 4096 (symbols read from each text), "keep": "first" | "last"
+                         (which end of a longer text they are; absent: "first"), "info": {...},
                          "weights": {"dtype": "float32" | "float16", ...}, "files": {name: {"sha256", "size"}},
                          "tokenizer": {"name", "fingerprint"}, "vocabulary": {"size", "fingerprint"},
                          "normalize": "imdb" (the text normalizer; absent: none)}
@@ -21,7 +22,8 @@ told apart by config.json's ``task``::
 
 Text is read as the training data was: the normalizer, the tokenizer, then the vocabulary (unknown words
 ``<unk>`` where it has one). ``max_length`` bounds the work per text: only the first ``max_length`` symbols
-are read. :func:`export_classifier_checkpoint` sets it from the data the model was tested on: the longest of
+are read, or the last with ``keep: "last"`` (a model trained on the last words of each review, the IMDB
+DataModule's ``keep_words: last``). :func:`export_classifier_checkpoint` sets it from the data the model was tested on: the longest of
 the DataModule's ``test_max_lengths`` when every test set is cut (the IMDB prefix recipes: 200 words), else
 :data:`DEFAULT_MAX_LENGTH` (4,096: above the longest IMDB review, 2,743 words after normalization, so no
 review of the data set is cut and the card's accuracy holds for full reviews).
@@ -94,7 +96,8 @@ class PretrainedClassifier:
     ``model``: a :class:`~dsf_lightning.tasks.SequenceClassifier` over token inputs; ``vocab``: its
     :class:`~dsf_lightning.tasks.Vocabulary`; ``tokenizer``: splits normalized text into symbols (no end
     symbol); ``labels``: the class names in id order; ``normalize``: the text normalizer's name (None: text is
-    read as it is); ``max_length``: symbols read from each text (None: all). ``info``: plain JSON about where
+    read as it is); ``max_length``: symbols read from each text (None: all); ``keep``: which of a longer text's
+    symbols those are, ``"first"`` or ``"last"`` (as the model was trained). ``info``: plain JSON about where
     the model comes from (``corpus``, ``recipe``, ``metrics`` such as ``{"test_accuracy": 0.9, "test_error":
     0.1}``, ``training_time``, ``hardware``, ``comparison``, ``prototypes``, ...).
     """
@@ -106,6 +109,7 @@ class PretrainedClassifier:
     info: dict = field(default_factory=dict)
     normalize: str | None = None
     max_length: int | None = DEFAULT_MAX_LENGTH
+    keep: str = "first"
     task: ClassVar[str] = TEXT_CLASSIFICATION
 
     @property
@@ -159,6 +163,10 @@ def _check_max_length(value: Any) -> bool:
     return value is None or (type(value) is int and value > 0)
 
 
+#: which end of a text longer than ``max_length`` a classifier reads (PretrainedClassifier.keep)
+KEEP = ("first", "last")
+
+
 # =============================================================================================== saving
 def save_classifier(
     pretrained: PretrainedClassifier,
@@ -194,6 +202,9 @@ def save_classifier(
                          f"(class 0 first), got {pretrained.labels!r:.200}")
     if not _check_max_length(pretrained.max_length):
         raise ValueError(f"PretrainedClassifier.max_length must be a positive integer or None, got {pretrained.max_length!r}")
+    if pretrained.keep not in KEEP:
+        raise ValueError(f"PretrainedClassifier.keep must be one of {KEEP} (which symbols of a text longer than max_length "
+                         f"are read), got {pretrained.keep!r:.80}")
     normalize = _check_normalize(pretrained.normalize, "PretrainedClassifier.normalize")
     tensors, metadata = state_for_saving(pretrained.model, dtype)
     snapshot = dataclasses.replace(pretrained, labels=labels, info=info, normalize=normalize)
@@ -204,6 +215,7 @@ def save_classifier(
         "model": arch,
         "labels": labels,
         "max_length": pretrained.max_length,
+        "keep": pretrained.keep,
         "info": info,
         "weights": {"dtype": dtype, "aliases": json.loads(metadata["aliases"])},
         "files": None,  # filled in by save_folder
@@ -279,6 +291,9 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     max_length = config.get("max_length")
     if not _check_max_length(max_length):
         raise _fail(path, f"'max_length' must be a positive integer or null, got {max_length!r:.80}")
+    keep = config.get("keep", "first")  # folders written before the field read the first symbols
+    if keep not in KEEP:
+        raise _fail(path, f"'keep' must be one of {KEEP} (which symbols of a long text are read), got {keep!r:.80}")
     normalize = config.get("normalize")
     try:
         normalize = _check_normalize(normalize, f"{path}: 'normalize'")
@@ -306,6 +321,6 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     tensors, _, aliases = read_weights(folder, config, expected, describe(arch))
     load_state(model, match_state(tensors, aliases, expected, describe(arch), str(folder / WEIGHTS_FILE)), dtype)
     return PretrainedClassifier(model=model, vocab=vocab, tokenizer=tokenizer, labels=labels, info=config["info"],
-                                normalize=normalize, max_length=max_length)
+                                normalize=normalize, max_length=max_length, keep=keep)
 
 

@@ -200,15 +200,18 @@ def tiny_classifier(cell: str = "sr-lstm-p", *, seed: int = 0, max_length: int |
     )
 
 
-def classifier_logits(model, vocab, texts, max_length=None) -> torch.Tensor:
+def classifier_logits(model, vocab, texts, max_length=None, keep="first") -> torch.Tensor:
     """The module's logits for ``texts``, each run alone (no padding, no batching): normalized with the
-    imdb corpus's own ``normalize_review``, split on spaces, cut at ``max_length`` words."""
+    imdb corpus's own ``normalize_review``, split on spaces, cut to the first (``keep="last"``: the last)
+    ``max_length`` words."""
     from dsf_lightning.data.corpora.imdb import normalize_review
 
     rows = []
     with torch.no_grad():
         for text in texts:
-            words = normalize_review(text).split()[:max_length]
+            words = normalize_review(text).split()
+            if max_length is not None:
+                words = words[-max_length:] if keep == "last" else words[:max_length]
             ids = torch.tensor([vocab.encode(words)])
             rows.append(model(ids, torch.tensor([ids.shape[1]]))[0])
     return torch.stack(rows)

@@ -186,11 +186,25 @@ def test_a_recipe_that_builds_another_vocabulary_is_refused(trained, tmp_path, c
     assert "vocab_size=" in err and "wrong recipe" in err
 
 
-def test_a_model_trained_on_the_last_words_of_each_review_is_refused(trained, tmp_path, capsys):
-    """A classifier folder reads the first max_length symbols of a text; a keep_words="last" model would be
-    read the wrong way round, so the export says so instead of writing it."""
-    err = _export_with_an_edited_recipe(trained, tmp_path, capsys, "max_vocab: 30", "max_vocab: 30\n    keep_words: last")
-    assert "keep_words='last'" in err and "dsf test" in err
+def test_a_model_trained_on_the_last_words_of_each_review_exports_reading_the_last_words(trained, tmp_path):
+    """keep_words: last in the recipe -> the folder's keep is "last": classify reads the end of a long review
+    (it used to be refused: a folder could only read the first max_length symbols)."""
+    from dsf_lightning.classification import TextClassifier
+
+    from .conftest import classifier_logits
+
+    edited = tmp_path / "last.yaml"
+    edited.write_text(trained["recipe"].read_text().replace("max_vocab: 30", "max_vocab: 30\n    keep_words: last"))
+    alone = tmp_path / "model.ckpt"
+    shutil.copy(trained["ckpt"], alone)
+    out = tmp_path / "last"
+    assert main(["export", str(alone), str(out), "--recipe", str(edited), "--max-length", "5"]) == 0
+    loaded = load_classifier(out)
+    assert loaded.keep == "last" and loaded.max_length == 5 and loaded.info["data"]["keep_words"] == "last"
+    text = "Terrible plot and the movie was boring , but great fun and excellent loved it !"
+    got = TextClassifier(loaded).classify(text)
+    want = torch.softmax(classifier_logits(_module(trained["ckpt"]), loaded.vocab, [text], 5, "last"), -1)[0]
+    assert got.truncated and got.probabilities["positive"] == pytest.approx(float(want[1]), abs=1e-6)
 
 
 def test_language_model_options_are_refused_for_a_classifier(trained, tmp_path, capsys):

@@ -103,6 +103,49 @@ def test_a_megabyte_of_text_is_cut_at_max_length_quickly(classifier, pretrained)
     assert shorter.num_tokens == 10 and shorter.truncated
 
 
+def test_a_folder_that_keeps_the_last_symbols_reads_the_end_of_a_long_text(tmp_path, pretrained):
+    """keep: last (a model trained on the last words of each review, IMDB keep_words: last) reads the last
+    max_length symbols; the folder records it and the card says so."""
+    import dataclasses
+    import json
+
+    last = dataclasses.replace(pretrained, max_length=4, keep="last")
+    folder = save_classifier(last, tmp_path / "last")
+    assert json.loads((folder / "config.json").read_text())["keep"] == "last"
+    assert "the last 4 symbols of each text" in (folder / "README.md").read_text()
+    classifier = TextClassifier.from_pretrained(folder)
+    text = "boring awful plot , the movie was great fun !"
+    result = classifier.classify(text)
+    assert result.truncated and result.num_tokens == 4 and classifier.keep == "last"
+    for keep in ("last", "first"):
+        want = torch.softmax(classifier_logits(pretrained.model, pretrained.vocab, [text], 4, keep), -1)[0].tolist()
+        got = result if keep == "last" else TextClassifier.from_pretrained(save_classifier(
+            dataclasses.replace(pretrained, max_length=4), tmp_path / "first")).classify(text)
+        assert [got.probabilities["negative"], got.probabilities["positive"]] == pytest.approx(want, abs=1e-6)
+    assert result.probabilities != got.probabilities  # the two ends of this text read differently
+    with pytest.raises(ValueError, match="keep must be one of"):
+        save_classifier(dataclasses.replace(pretrained, keep="end"), tmp_path / "bad")
+
+
+def test_a_folder_without_the_keep_field_reads_the_first_symbols(tmp_path, pretrained):
+    """Folders written before the field read the first max_length symbols, as they always did."""
+    import dataclasses
+    import json
+
+    from dsf_lightning.hub._folder import PretrainedFormatError
+    from dsf_lightning.tasks.pretrained import load_classifier
+
+    folder = save_classifier(dataclasses.replace(pretrained, max_length=4), tmp_path / "old")
+    config = json.loads((folder / "config.json").read_text())
+    del config["keep"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert load_classifier(folder).keep == "first"
+    config["keep"] = "middle"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PretrainedFormatError, match="'keep' must be one of"):
+        load_classifier(folder)
+
+
 def test_bad_input_is_a_clear_error(classifier):
     with pytest.raises(ClassificationError, match="a text .* or a list of texts, got int"):
         classifier.classify(123)
