@@ -313,9 +313,8 @@ class RecurrentCell(nn.Module, abc.ABC):
         :meth:`forward_reference`, as :attr:`implementation` says; ids reach the fast path of a cell
         that :attr:`reads_ids`, every other path gets their one-hot vectors.
         """
-        if not x.is_floating_point() and not (self.reads_ids and self._implementation == "fast"):
-            ref = next(self.parameters(), None)
-            x = one_hot(x, self.input_size, ref.dtype if ref is not None else torch.float32)
+        if not self.reads_ids:
+            x = self.one_hot_vectors(x)
         if self._implementation == "reference":
             return self.forward_reference(x, state, state_masks)
         return self.forward_fast(x, state, state_masks)
@@ -333,6 +332,7 @@ class RecurrentCell(nn.Module, abc.ABC):
     ) -> tuple[Tensor, State]:
         """The reference whole-sequence forward: one matmul for the input projections, then the step
         loop of :meth:`recur` under autograd."""
+        x = self.one_hot_vectors(x)
         self._check_input(x, 3)
         if state is None:
             state = self.init_state(x.shape[0], x.device, x.dtype)
@@ -358,7 +358,17 @@ class RecurrentCell(nn.Module, abc.ABC):
             )
         return self.recur(projected_t, state, state_masks)
 
+    def one_hot_vectors(self, x: Tensor) -> Tensor:
+        """``x`` as it is, or for token ids ``[B, T]`` their one-hot vectors ``[B, T, input_size]`` in the
+        parameters' dtype (for the paths that multiply them; :attr:`reads_ids`)."""
+        if x.is_floating_point():
+            return x
+        ref = next(self.parameters(), None)
+        return one_hot(x, self.input_size, ref.dtype if ref is not None else torch.float32)
+
     def _check_input(self, x: Tensor, ndim: int) -> None:
+        if not x.is_floating_point() and self.reads_ids and ndim == 3 and x.dim() == 2:
+            return  # token ids [B, T] for one-hot input (reads_ids)
         if x.dim() != ndim or x.shape[-1] != self.input_size:
             want = "[B, T, input_size]" if ndim == 3 else "[B, input_size]"
             raise ValueError(

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from ..ops.fast_linear import fast_linear
 from ..ops.final_state import through_final_state
 from ..ops.fused_rnn import gated_recurrence
-from ..ops.one_hot import one_hot, one_hot_linear
+from ..ops.one_hot import one_hot_linear
 from .base import MaybeMasks, RecurrentCell, SequenceLoopCell, State, activation, check_choice, check_probability
 from .registry import register_cell
 
@@ -191,9 +191,8 @@ class DeltaRNNCell(RecurrentCell):
         ids = not x.is_floating_point()  # one-hot input as token ids [B, T] (reads_ids)
         if (x.dim() != (2 if ids else 3) or x.shape[1] == 0
                 or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0):  # no jvp rule in the fast path
-            return self.forward_reference(one_hot(x, self.input_size, self.W.dtype) if ids else x, state, state_masks)
-        if not ids:
-            self._check_input(x, 3)
+            return self.forward_reference(x, state, state_masks)
+        self._check_input(x, 3)
         if state is None:
             state = self.init_state(x.shape[0], x.device, None if ids else x.dtype)
         (h0,) = state

@@ -43,7 +43,7 @@ from .._checks import check_bool
 from ..ops.fast_linear import fast_linear
 from ..ops.final_state import through_final_state
 from ..ops.fused_rnn import ACTIVATION_NAMES, gated_recurrence
-from ..ops.one_hot import one_hot, one_hot_linear
+from ..ops.one_hot import one_hot_linear
 from ..ops.scan import linear_recurrence
 from .base import (
     CellOptionError,
@@ -204,9 +204,8 @@ class SCRNCell(RecurrentCell):
             or self.hidden_activation not in ACTIVATION_NAMES
             or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0
         ):
-            return self.forward_reference(one_hot(x, self.input_size, self.A.dtype) if ids else x, state, state_masks)
-        if not ids:
-            self._check_input(x, 3)
+            return self.forward_reference(x, state, state_masks)
+        self._check_input(x, 3)
         if state is None:
             state = self.init_state(x.shape[0], x.device, None if ids else x.dtype)
         s0, h0 = state

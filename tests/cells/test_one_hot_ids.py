@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 import dsf_lightning.cells.base as cells_base
-import dsf_lightning.cells.scrn as scrn_module
 from dsf_lightning.cells import get_cell
 from dsf_lightning.model import LMConfig, RecurrentLM
 from dsf_lightning.ops.one_hot import one_hot_linear
@@ -85,7 +84,7 @@ def test_the_language_model_never_builds_one_hot_vectors_for_a_cell_that_reads_i
     def refuse(*_args, **_kwargs):
         raise AssertionError("one-hot vectors were built")
 
-    for module, name in ((lm, "embed"), (cells_base, "one_hot"), (scrn_module, "one_hot")):
+    for module, name in ((lm, "embed"), (cells_base, "one_hot")):
         monkeypatch.setattr(module, name, refuse)
     lm.train()
     logits, _ = lm(tokens)
@@ -94,7 +93,6 @@ def test_the_language_model_never_builds_one_hot_vectors_for_a_cell_that_reads_i
     # input dropout drops the vectors' entries: then the model builds them
     lm.config.dropout_input = 0.5
     monkeypatch.setattr(cells_base, "one_hot", refuse)
-    monkeypatch.setattr(scrn_module, "one_hot", refuse)
     built = []
     monkeypatch.setattr(lm, "embed", lambda t: built.append(t) or F.one_hot(t, V).double())
     lm(tokens)
