@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..ops.fast_linear import SequenceLinear, fast_linear
-from ..ops.one_hot import one_hot
+from ..ops.one_hot import one_hot, one_hot_linear
 
 State = tuple[Tensor, ...]
 #: a cell's ``implementation``: its fast whole-sequence path, or the plain step loop it is tested against
@@ -430,16 +430,28 @@ class SequenceLoopCell(RecurrentCell):
         """Whether :meth:`forward` may run the loop with sequence products (wrappers ask their base)."""
         return True
 
+    def input_weights(self) -> tuple[Tensor, Tensor | None] | None:
+        """``(W, b)`` when :meth:`project_inputs` is exactly ``x W^T + b``: one-hot input then reaches the loop
+        as token ids and each step's projection is a gathered column of ``W`` (:attr:`reads_ids`). None (the
+        default) when the input side is more than that product."""
+        return None
+
+    @property
+    def reads_ids(self) -> bool:  # RecurrentCell.reads_ids, from input_weights
+        return self.input_weights() is not None and self.sequence_loop_supported()
+
     def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
     ) -> tuple[Tensor, State]:
         """:meth:`forward_reference`'s loop, with the recurrent products of the whole sequence."""
-        if x.dim() != 3 or x.shape[1] == 0 or not self.sequence_loop_supported():
+        ids = not x.is_floating_point()  # one-hot input as token ids [B, T] (reads_ids)
+        if x.dim() != (2 if ids else 3) or x.shape[1] == 0 or not self.sequence_loop_supported():
             return self.forward_reference(x, state, state_masks)
         self._check_input(x, 3)
         if state is None:
-            state = self.init_state(x.shape[0], x.device, x.dtype)
-        projected = self.project_inputs(x)  # [B, T, P]: one matmul for all steps
+            state = self.init_state(x.shape[0], x.device, None if ids else x.dtype)
+        # [B, T, P]: one matmul for all steps, or for ids the gathered columns of W
+        projected = one_hot_linear(x, *self.input_weights()) if ids else self.project_inputs(x)
         masks = self._product_masks(self.recurrent_mask(state_masks))
         products = tuple(
             SequenceLinear(w, x.shape[1], x.shape[0], input_mask=m) for w, m in zip(self.recurrent_weights(), masks)

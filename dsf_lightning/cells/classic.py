@@ -125,6 +125,9 @@ class ElmanCell(SequenceLoopCell):
     def project_inputs(self, x: Tensor) -> Tensor:
         return fast_linear(x, self.W, self.b)  # [..., H] = W x_t + b
 
+    def input_weights(self) -> tuple[Tensor, Tensor | None]:
+        return self.W, self.b
+
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         return (self.V,)
 
@@ -280,6 +283,9 @@ class LSTMCell(SequenceLoopCell):
     def project_inputs(self, x: Tensor) -> Tensor:
         return fast_linear(x, self.W, self.b)  # [..., 4H] = W x_t + b for all four blocks
 
+    def input_weights(self) -> tuple[Tensor, Tensor | None]:
+        return self.W, self.b
+
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         if self.peepholes == "matrix":  # U_i and U_f both read c_{t-1}: one stacked product
             return (self.V, torch.cat((self.U_i, self.U_f)), self.U_r)
@@ -372,6 +378,9 @@ class GRUCell(SequenceLoopCell):
     def project_inputs(self, x: Tensor) -> Tensor:
         return fast_linear(x, self.W, self.b)  # [..., 3H] = W x_t + b for q, r and g
 
+    def input_weights(self) -> tuple[Tensor, Tensor | None]:
+        return self.W, self.b
+
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         if self.reset_after:
             return (self.V,)
@@ -441,6 +450,9 @@ class MGUCell(SequenceLoopCell):
     def project_inputs(self, x: Tensor) -> Tensor:
         return fast_linear(x, self.W, self.b)  # [..., 2H] = W x_t + b for r and g
 
+    def input_weights(self) -> tuple[Tensor, Tensor | None]:
+        return self.W, self.b
+
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         H = self.hidden_size
         return (self.V[:H], self.V[H:])  # V_r reads h_{t-1}, V_h reads r_t * h_{t-1}
@@ -493,6 +505,9 @@ class SmoothedReLURNNCell(SequenceLoopCell):
 
     def project_inputs(self, x: Tensor) -> Tensor:
         return fast_linear(x, self.W, self.b)  # [..., H] = W y_t (+ b)
+
+    def input_weights(self) -> tuple[Tensor, Tensor | None]:
+        return self.W, self.b
 
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         return (self.V,)

@@ -254,6 +254,9 @@ class SimpleDeltaRNNCell(SequenceLoopCell):
     def project_inputs(self, x: Tensor) -> Tensor:
         return fast_linear(x, self.W, self.b)  # [..., H] = W x_t + b
 
+    def input_weights(self) -> tuple[Tensor, Tensor | None]:
+        return self.W, self.b
+
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         return (self.V,)
 

@@ -99,10 +99,11 @@ class RANCell(SequenceLoopCell):
         self.reset_parameters()
 
     def project_inputs(self, x: Tensor) -> Tensor:
-        # [..., 3H] = [W_cx x, W_ix x + b_i, W_fx x + b_f] in one matmul
+        return fast_linear(x, *self.input_weights())  # [..., 3H] = [W_cx x, W_ix x + b_i, W_fx x + b_f] in one matmul
+
+    def input_weights(self) -> tuple[Tensor, Tensor | None]:
         weight = torch.cat((self.W_cx, self.W_ix, self.W_fx))
-        bias = torch.cat((torch.zeros_like(self.b_i), self.b_i, self.b_f))
-        return fast_linear(x, weight, bias)
+        return weight, torch.cat((torch.zeros_like(self.b_i), self.b_i, self.b_f))
 
     def recurrent_weights(self) -> tuple[Tensor, ...]:
         return (torch.cat((self.W_ih, self.W_fh)),)  # [2H, H]: both gates read h_{t-1}

@@ -11,7 +11,7 @@ from dsf_lightning.cells import get_cell
 from dsf_lightning.model import LMConfig, RecurrentLM
 from dsf_lightning.ops.one_hot import one_hot_linear
 
-V, H, S, B, T = 11, 4, 3, 2, 6
+V, H, S, B, T = 11, 6, 3, 2, 6
 
 
 def scrn(**options):
@@ -141,3 +141,45 @@ def test_delta_rnn_from_ids_has_the_outputs_and_gradients_of_the_one_hot_vectors
     torch.testing.assert_close(results[0][0], results[1][0])
     for name, grad in results[0][1].items():
         torch.testing.assert_close(grad, results[1][1][name], msg=name)
+
+
+def _variants():
+    from dsf_lightning.cells import list_cells
+
+    from .variants import VARIANTS
+
+    for name in list_cells():
+        for vid, options, *rest in VARIANTS.get(name, []):
+            if not rest:  # cells that need a particular input size read features, not one-hot words
+                yield pytest.param(name, options, id=f"{name}[{vid}]")
+
+
+@pytest.mark.parametrize("name, options", list(_variants()))
+def test_every_cell_gives_ids_the_outputs_and_gradients_of_their_one_hot_vectors(name, options):
+    """Every registered cell and variant, carried state over two chunks, float64: forward(ids) ==
+    forward(one_hot(ids)); a cell that reads ids gathers exactly what project_inputs multiplies."""
+    torch.manual_seed(0)
+    cell = get_cell(name)(V, H, **options).double().eval()
+    tokens, vectors = ids(), F.one_hot(ids(), V).double()
+    if cell.reads_ids and hasattr(cell, "input_weights") and cell.input_weights() is not None:
+        torch.testing.assert_close(one_hot_linear(tokens, *cell.input_weights()), cell.project_inputs(vectors))
+    results = []
+    for x in (tokens, vectors):
+        cell.zero_grad()
+        first, state = cell(x[:, :4])
+        second, state = cell(x[:, 4:], state)
+        out = torch.cat((first, second), 1)
+        (out.square().sum() + sum(s.sum() for s in state)).backward()
+        results.append((out, state, {n: p.grad.clone() for n, p in cell.named_parameters() if p.grad is not None}))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    torch.testing.assert_close(results[0][1], results[1][1])
+    assert results[0][2].keys() == results[1][2].keys()
+    for param, grad in results[0][2].items():
+        torch.testing.assert_close(grad, results[1][2][param], msg=param)
+
+
+def test_the_cells_that_read_ids():
+    from dsf_lightning.cells import list_cells
+
+    reading = {name for name in list_cells() if name != "ran-simple" and get_cell(name)(V, H).reads_ids}
+    assert reading == {"scrn", "delta-rnn", "delta-rnn-simple", "elman", "lstm", "gru", "mgu", "srelu-rnn", "ran"}
