@@ -433,12 +433,12 @@ class SequenceLoopCell(RecurrentCell):
     def input_weights(self) -> tuple[Tensor, Tensor | None] | None:
         """``(W, b)`` when :meth:`project_inputs` is exactly ``x W^T + b``: one-hot input then reaches the loop
         as token ids and each step's projection is a gathered column of ``W`` (:attr:`reads_ids`). None (the
-        default) when the input side is more than that product."""
+        default, not overridden) when the input side is more than that product."""
         return None
 
     @property
-    def reads_ids(self) -> bool:  # RecurrentCell.reads_ids, from input_weights
-        return self.input_weights() is not None and self.sequence_loop_supported()
+    def reads_ids(self) -> bool:  # RecurrentCell.reads_ids: the class declares input_weights (none built here)
+        return type(self).input_weights is not SequenceLoopCell.input_weights and self.sequence_loop_supported()
 
     def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None
