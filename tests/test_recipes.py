@@ -230,3 +230,22 @@ def test_an_scrn_recipe_builds_its_model_with_the_papers_initialization(tiny_fol
     assert cli.model.hparams.init == {"scheme": "uniform", "scale": 0.2}
     values = torch.cat([p.detach().flatten() for p in cli.model.model.parameters()])
     assert values.abs().max() <= 0.2 and values.abs().max() > 0.19
+
+
+SUBWORD_RECIPES = sorted(p for folder in ("ptb_subword", "imdb_subword") for p in (ROOT / "recipes" / folder).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", SUBWORD_RECIPES, ids=_ids(SUBWORD_RECIPES))
+def test_subword_recipes_train_as_the_dsf_papers_sec_2_5_says(recipe, tiny_folder, tmp_path, monkeypatch):
+    """DSF paper sec. 2.5: every subword model (baselines too) trains with one step of iterative inference
+    on the carried state, lambda in {0.05, 0.1, 0.15}, and is evaluated with a Polyak average of its weights;
+    the subword Delta-RNN's outer function is tanh. Checked on the model and trainer the CLI builds."""
+    from dsf_lightning.training.callbacks import PolyakAveraging
+
+    monkeypatch.chdir(tmp_path)
+    cli = lightning_cli(["--config", str(recipe), "--data.corpus", "text-folder", "--data.data_root", str(tiny_folder),
+                         "--data.corpus_options", "{}"], run=False)
+    assert cli.model.hparams.iterative_inference_step in (0.05, 0.1, 0.15)
+    assert any(isinstance(c, PolyakAveraging) for c in cli.trainer.callbacks)
+    if recipe.stem == "delta_rnn":
+        assert cli.model.model.layers[0].outer_activation == "tanh"
