@@ -43,6 +43,7 @@ def test_two_rows_train_side_by_side_in_one_thread_processes(tmp_path, monkeypat
         row, entry = rows[key], state["rows"][key]
         assert row["status"] == "done", row
         assert entry["threads"] == 1  # the child ran with one torch thread
+        assert "runner" not in entry  # who ran it matters only while it is unfinished
         assert float(row["cpu_seconds"]) > 0 and float(row["wall_seconds"]) > 0 and row["epochs"] == "1"
         assert row["command"].startswith("dsf fit --config recipes/ptb/") and "$DSF_DATA_ROOT" in row["command"]
         assert row["commit"], "the git commit is recorded"
@@ -190,6 +191,13 @@ def test_sigterm_to_the_parallel_run_stops_its_children(tmp_path):
             pass
     assert not alive, f"row processes {alive} outlived their parent\n{log.read_text()}"
     assert "stopped; the next run resumes it" in log.read_text()
+    # the state still says running (nothing could clean up after a kill -9 either); the table knows better
+    state = json.loads((out / "dsf-table1-word.state.json").read_text())
+    assert {state["rows"][k]["status"] for k in ("elman", "lstm")} == {"running"}
+    assert {state["rows"][k]["runner"]["pid"] for k in ("elman", "lstm")} == {parent.pid}
+    assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
+    rows = read_csv(out / "dsf-table1-word.csv")
+    assert rows["elman"]["status"] == rows["lstm"]["status"] == "stopped", rows["elman"]
 
 
 @needs_ptb

@@ -12,18 +12,20 @@ import csv
 import io
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 from .._fs import write_atomic
 from .._plotting import pyplot, save_png
+from .liveness import still_running
 from .progress import read_progress, totals
 from .tables import Table
 
 logger = logging.getLogger(__name__)
 
 STATUS_DONE, STATUS_FAILED, STATUS_SKIPPED, STATUS_PENDING = "done", "failed", "skipped", "pending"
-STATUS_RUNNING, STATUS_QUEUED = "running", "queued"
+STATUS_RUNNING, STATUS_QUEUED, STATUS_STOPPED = "running", "queued", "stopped"
 CSV_FIELDS = ("table", "row", "label", "metric", "split", "published", "measured", "difference", "published_valid",
               "measured_valid", "status", "wall_seconds", "cpu_seconds", "epochs", "tokens_per_second", "parameters",
               "recipe", "scale", "command", "commit", "message")
@@ -90,6 +92,10 @@ def _live(entry: dict, folder: Path) -> dict:
         text += f", last valid accuracy {last['val_acc']:.4f}"
     elif "val_loss" in last:
         text += f", last valid loss {last['val_loss']:.4f} (PPL {math.exp(min(last['val_loss'], 700.0)):,.2f})"
+    sitting = progress["sittings"][-1]
+    if isinstance(sitting.get("started"), (int, float)):  # a committed table says when it was last heard of
+        reported = sitting["started"] + float(sitting.get("wall_seconds", 0.0))
+        text += f"; last progress {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(reported))}"
     return {"cpu_seconds": spent["cpu_seconds"], "wall_seconds": spent["wall_seconds"], "epochs": len(epochs) or None,
             "message": text}
 
@@ -100,6 +106,10 @@ def table_rows(table: Table, state: dict, scale: str, out: Path | None = None) -
         entry = state.get("rows", {}).get(row.key, {})
         status = entry.get("status") or (STATUS_PENDING if row.pending else "not run")
         message = entry.get("message") or (f"pending: {row.pending}" if row.pending else row.note)
+        if status in (STATUS_RUNNING, STATUS_QUEUED) and still_running(entry.get("runner")) is False:
+            status = STATUS_STOPPED
+            message = "its `dsf reproduce` process is gone; the same command resumes the row" + (
+                " from last.ckpt" if entry.get("status") == STATUS_RUNNING else "") + (f" -- {message}" if message else "")
         done = status == STATUS_DONE
         live = _live(entry, row_folder(out, table.id, row.key)) if out is not None and not done else {}
         if live:

@@ -62,6 +62,7 @@ import yaml
 
 from .._fs import write_atomic
 from ..cells import UnknownCellError, get_cell
+from .liveness import this_process
 from .report import (
     STATUS_DONE,
     STATUS_FAILED,
@@ -632,6 +633,7 @@ def run_table(
     def finish(row: Row, entry: dict, result: dict) -> None:
         if result.get("measured") is None or not math.isfinite(result["measured"]):
             raise RuntimeError(f"no finite {metric_key(row)} measured (metrics: {result.get('metrics')})")
+        entry.pop("runner", None)  # only an unfinished row needs to say who runs it
         entry.update(status=STATUS_DONE, message=(f"measured in the run of row {entry['shared_with']}"
                                                   if "shared_with" in entry else ""),
                      finished=time.time(), **result)
@@ -643,6 +645,7 @@ def run_table(
         from ..data.corpora import CorpusError
 
         corpus_err = isinstance(err, CorpusError) or isinstance(getattr(err, "__cause__", None), CorpusError)
+        entry.pop("runner", None)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if corpus_err:
             entry.update(status=STATUS_SKIPPED, message=f"skipped: corpus missing: {first}")
@@ -737,14 +740,14 @@ def run_table(
         save()
 
     def starting(row: Row, entry: dict, spec: dict) -> None:
-        entry["status"] = STATUS_RUNNING
+        entry.update(status=STATUS_RUNNING, runner=this_process())
         state["rows"][row.key] = dict(entry)
         save()
         log(f"[{table.id}] {row.key}: fit + test of {row.recipe} ({scale})"
             + (", resuming from last.ckpt" if spec["resume"] else ""))
 
     for row, entry, _, _ in fits:
-        state["rows"][row.key] = dict(entry, status=STATUS_QUEUED)
+        state["rows"][row.key] = dict(entry, status=STATUS_QUEUED, runner=this_process())
     save()
     if jobs > 1:
         from .parallel import run_rows_in_parallel
