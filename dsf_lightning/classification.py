@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from ._keep import cut
 from .hub.registry import HUB_KEYWORDS, check_keywords, resolve
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class TextClassifier:
         normalized = self.normalizer.normalize(text) if self.normalizer is not None else text
         symbols = self.tokenizer.tokenize_line(normalized)
         if max_length is not None and len(symbols) > max_length:
-            return (symbols[-max_length:] if self.keep == "last" else symbols[:max_length]), True
+            return cut(symbols, max_length, self.keep), True
         return symbols, False
 
     # -- classification ---------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._keep import KEEP, cut
 from ..data.corpora.files import CorpusError, FileSpec, read_lines, resolve_data_root, verify_file
 from ..data.corpora.imdb import SHA256 as IMDB_SHA256
 from ..data.corpora.imdb import normalize_review
@@ -257,7 +258,7 @@ class IMDBSentimentDataModule(SequenceDataModule):
         super().__init__(batch_size=batch_size, **kwargs)
         if valid_every == 1 or valid_every < 0:
             raise ValueError(f"valid_every must be 0 (no validation) or >= 2, got {valid_every}")
-        if keep_words not in ("first", "last"):
+        if keep_words not in KEEP:
             raise ValueError(f"keep_words must be 'first' or 'last' (which words of a review longer than a cut are "
                              f"kept), got {keep_words!r}")
         self.keep_words = keep_words
@@ -296,12 +297,10 @@ class IMDBSentimentDataModule(SequenceDataModule):
         return bool(self.valid_every) and (i + 1) % self.valid_every == 0
 
     def _dataset(self, words: list[list[str]], labels: list[int], max_length: int | None) -> TokenSequenceDataset:
-        if not max_length:
-            cut = words
-        else:
-            cut = [w[:max_length] if self.keep_words == "first" else w[-max_length:] for w in words]
+        if max_length:
+            words = [cut(w, max_length, self.keep_words) for w in words]
         return TokenSequenceDataset(
-            [self.vocab.encode(w) for w in cut], labels, {"length": [len(w) for w in cut]}
+            [self.vocab.encode(w) for w in words], labels, {"length": [len(w) for w in words]}
         )
 
     def prepare_vocab(self) -> Vocabulary:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import JSONLimitError, loads_bounded
+from .._keep import KEEP
 from ..data.tokenizers import Tokenizer
 from ..hub._folder import (
     CONFIG_FILE,
@@ -161,10 +162,6 @@ def _check_labels(labels: Any, num_classes: int) -> list[str] | None:
 
 def _check_max_length(value: Any) -> bool:
     return value is None or (type(value) is int and value > 0)
-
-
-#: which end of a text longer than ``max_length`` a classifier reads (PretrainedClassifier.keep)
-KEEP = ("first", "last")
 
 
 # =============================================================================================== saving
