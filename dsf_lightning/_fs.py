@@ -8,7 +8,8 @@ import re
 import socket
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -47,7 +48,8 @@ def _tmp_prefix(path: Path) -> str:
     return f".{path.name}{_TMP_MARK}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (any user's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -74,7 +76,7 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
     pattern = re.compile(re.escape(_tmp_prefix(path)) + r"(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+$")
     for candidate in candidates:
         match = pattern.match(candidate.name)
-        if match is None or match["host"] != host or _pid_alive(int(match["pid"])):
+        if match is None or match["host"] != host or pid_alive(int(match["pid"])):
             continue
         try:
             candidate.unlink()
@@ -124,3 +126,22 @@ def write_atomic(path: str | os.PathLike, content: Content, *, mode: int | None 
         raise
     fsync_dir(path.parent)
     return path
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``path`` (a lock file, created if missing) for the ``with`` block, so
+    processes that read, change and rewrite a shared file take turns; a no-op where ``fcntl`` is missing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -256,3 +256,27 @@ def test_report_only_rewrites_the_table_from_the_state_and_trains_nothing(tmp_pa
     assert float(rows["h40-s10"]["measured"]) == 130.5 and float(rows["h40-s10"]["difference"]) == pytest.approx(2.5)
     assert "Produced by `dsf reproduce scrn-table2 --scale paper` at commit `abc`" in (tmp_path / "scrn-table2.md").read_text()
     assert (tmp_path / "scrn-table2.curves.csv").is_file()
+
+
+@needs_ptb
+def test_two_reproduce_processes_on_one_out_keep_each_others_rows(tmp_path, monkeypatch):
+    """Another `dsf reproduce` (other rows, same --out) finishes a row while this one trains: this run's saves
+    keep that row instead of writing back the state it read at its start."""
+    out = tmp_path / "out"
+    real_run_row = runner.run_row
+
+    def other_process_finishes_elman_meanwhile(spec, *args, **kwargs):
+        path = out / "dsf-table1-word.state.json"
+        on_disk = json.loads(path.read_text())
+        on_disk["rows"]["elman"] = {"status": "done", "measured": 321.0, "fingerprint": "theirs", "epochs": []}
+        on_disk.setdefault("runs", {})["their-run"] = {"row": "elman", "measured": 321.0}
+        path.write_text(json.dumps(on_disk))
+        return real_run_row(spec, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_row", other_process_finishes_elman_meanwhile)
+    summary = run_table("dsf-table1-word", rows=["lstm"], scale="tiny", data_root=DATA_ROOT, out=out, log=lambda _: None)
+    assert summary["ran"] == ["lstm"]
+    state = json.loads((out / "dsf-table1-word.state.json").read_text())
+    assert state["rows"]["lstm"]["status"] == "done"
+    assert state["rows"]["elman"]["measured"] == 321.0 and state["runs"]["their-run"]["row"] == "elman"
+    assert float(read_csv(out / "dsf-table1-word.csv")["elman"]["measured"]) == 321.0

@@ -13,6 +13,8 @@ import os
 import socket
 from pathlib import Path
 
+from .._fs import pid_alive
+
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -52,12 +54,8 @@ def still_running(runner: dict | None) -> bool | None:
     boot = _boot_id()
     if runner.get("boot") and boot and runner["boot"] != boot:
         return False  # the machine restarted since
-    try:
-        os.kill(runner["pid"], 0)
-    except ProcessLookupError:
+    if not pid_alive(runner["pid"]):
         return False
-    except PermissionError:
-        pass  # alive, another user's
     start = _start_ticks(runner["pid"])
     if runner.get("start") is not None and start is not None and start != runner["start"]:
         return False  # the pid now belongs to another process

@@ -60,7 +60,7 @@ from typing import Any
 
 import yaml
 
-from .._fs import write_atomic
+from .._fs import file_lock, write_atomic
 from ..cells import UnknownCellError, get_cell
 from .liveness import this_process
 from .report import (
@@ -565,6 +565,17 @@ def _read_state(path: Path, table: Table) -> dict:
     return {"table": table.id, "rows": {}}
 
 
+def _take_others_rows(state: dict, on_disk: dict, mine: set[str]) -> None:
+    """Update ``state`` with what another process wrote meanwhile: every row this run does not own (``mine``)
+    and the runs those rows trained, as they are on disk now."""
+    for key, entry in on_disk.get("rows", {}).items():
+        if key not in mine:
+            state["rows"][key] = entry
+    for run_fp, run in on_disk.get("runs", {}).items():
+        if run.get("row") not in mine:
+            state.setdefault("runs", {})[run_fp] = run
+
+
 def run_table(
     table_id: str,
     *,
@@ -625,10 +636,13 @@ def run_table(
     state["commit"] = git_commit()
 
     def save() -> None:
-        if writer:
+        if not writer:
+            return
+        with file_lock(out / f".{table.id}.state.lock"):  # another `dsf reproduce` may run other rows into `out`
+            _take_others_rows(state, _read_state(state_path, table), set(wanted))
             record_progress(table, state, out)
             write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
-            write_outputs(table, state, out, scale)
+        write_outputs(table, state, out, scale)
 
     def finish(row: Row, entry: dict, result: dict) -> None:
         if result.get("measured") is None or not math.isfinite(result["measured"]):
