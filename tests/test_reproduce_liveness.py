@@ -41,9 +41,9 @@ def _row(state, tmp_path, key="h40-s10"):
 def test_the_table_shows_a_row_whose_runner_is_gone_as_stopped(tmp_path):
     gone = a_finished_process()
     row = _row({"rows": {"h40-s10": {"status": "running", "runner": gone}}}, tmp_path)
-    assert row["status"] == "stopped" and "process is gone; the same command resumes the row from last.ckpt" in row["message"]
+    assert row["status"] == "stopped" and "process is gone; the same command resumes it from last.ckpt" in row["message"]
     row = _row({"rows": {"h40-s10": {"status": "queued", "runner": gone}}}, tmp_path)
-    assert row["status"] == "stopped" and "last.ckpt" not in row["message"]
+    assert row["status"] == "stopped" and "the same command starts it" in row["message"]
     # alive, or not knowable (recorded before runners were, another host): as the state says
     assert _row({"rows": {"h40-s10": {"status": "running", "runner": liveness.this_process()}}}, tmp_path)["status"] == "running"
     assert _row({"rows": {"h40-s10": {"status": "running"}}}, tmp_path)["status"] == "running"

@@ -108,8 +108,8 @@ def table_rows(table: Table, state: dict, scale: str, out: Path | None = None) -
         message = entry.get("message") or (f"pending: {row.pending}" if row.pending else row.note)
         if status in (STATUS_RUNNING, STATUS_QUEUED) and still_running(entry.get("runner")) is False:
             status = STATUS_STOPPED
-            message = "its `dsf reproduce` process is gone; the same command resumes the row" + (
-                " from last.ckpt" if entry.get("status") == STATUS_RUNNING else "") + (f" -- {message}" if message else "")
+            again = "resumes it from last.ckpt" if entry.get("status") == STATUS_RUNNING else "starts it"
+            message = f"its `dsf reproduce` process is gone; the same command {again}" + (f" -- {message}" if message else "")
         done = status == STATUS_DONE
         live = _live(entry, row_folder(out, table.id, row.key)) if out is not None and not done else {}
         if live:
