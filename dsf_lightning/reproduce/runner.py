@@ -753,15 +753,17 @@ def run_table(
         state["rows"][row.key] = entry
         save()
 
+    runner = this_process()  # who runs this table's rows: the report tells a row whose runner is gone
+
     def starting(row: Row, entry: dict, spec: dict) -> None:
-        entry.update(status=STATUS_RUNNING, runner=this_process())
+        entry.update(status=STATUS_RUNNING, runner=runner)
         state["rows"][row.key] = dict(entry)
         save()
         log(f"[{table.id}] {row.key}: fit + test of {row.recipe} ({scale})"
             + (", resuming from last.ckpt" if spec["resume"] else ""))
 
     for row, entry, _, _ in fits:
-        state["rows"][row.key] = dict(entry, status=STATUS_QUEUED, runner=this_process())
+        state["rows"][row.key] = dict(entry, status=STATUS_QUEUED, runner=runner)
     save()
     if jobs > 1:
         from .parallel import run_rows_in_parallel
