@@ -145,6 +145,13 @@ class LanguageModelModule(L.LightningModule):
             a one-hot PTB-char Delta-RNN, 1.45 nats a character from its carried state, 5.2 from zeros and
             not recovering within 2,500 steps). Resets teach it the cold start (the DSF paper's models read
             padded sentences from a zero state).
+        carry_state_after_step: carry the state after this many steps of each training window into the next
+            window, instead of the state after its last step (None, the default: the last). The SCRN
+            paper's released TensorFlow script (zh3nis/scrn, ``SCRN-Word-baseline.py``: ``self.state =
+            outputs[4]``) does this with 5: every training window but the first starts from the state 65 of
+            its 70 steps stale. The loss is that of the whole window either way; evaluation always carries
+            the last state. A window no longer than this carries its last state. Cannot be combined with
+            ``iterative_inference_step`` (which refines the last state).
     """
 
     #: ``groups -> optimizer`` used by :meth:`configure_optimizers` instead of ``optimizer`` / ``lr`` when set
@@ -188,6 +195,7 @@ class LanguageModelModule(L.LightningModule):
         compile: bool = False,
         fused_loss: bool = True,
         state_reset_prob: float = 0.0,
+        carry_state_after_step: int | None = None,
     ) -> None:
         super().__init__()
         pretrained = None
@@ -225,6 +233,14 @@ class LanguageModelModule(L.LightningModule):
             raise ValueError(f"state_reset_prob must be a probability in [0, 1) (0: off), got {state_reset_prob!r}")
         if lr_decay_after_epoch is not None and lr_halving_patience is not None:
             raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
+        if carry_state_after_step is not None:
+            if isinstance(carry_state_after_step, bool) or not isinstance(carry_state_after_step, int) \
+                    or carry_state_after_step < 1:
+                raise ValueError("carry_state_after_step must be a number of steps >= 1 (None: carry the "
+                                 f"window's last state), got {carry_state_after_step!r}")
+            if iterative_inference_step:
+                raise ValueError("carry_state_after_step and iterative_inference_step cannot be combined: "
+                                 "iterative inference refines the window's last state; set one of them")
         _check_finite_options(lr=lr, momentum=momentum, weight_decay=weight_decay,
                               iterative_inference_step=iterative_inference_step, sobolev_weight=sobolev_weight,
                               **{f"param_group_lr[{k!r}]": v for k, v in (param_group_lr or {}).items()},
@@ -344,10 +360,23 @@ class LanguageModelModule(L.LightningModule):
             counts = torch.bincount(train, minlength=hp.vocab_size).float() + 1
             self.sampled_loss = SampledLoss(hp.sampled_loss, hp.sampled_loss_samples, counts, log_z=hp.nce_log_z)
 
+    def _features_to_carry(self, inputs: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
+        """The window's top-layer outputs and the state the next window starts from: the last step's, or the
+        one after ``carry_state_after_step`` steps (the window then runs as two chunks, which continue the
+        state exactly)."""
+        features = self._compiled(self.model.features)
+        k = self.hparams.get("carry_state_after_step")  # .get: checkpoints written before the option existed
+        if k is None or k >= inputs.shape[1]:
+            return features(inputs, state)
+        y_head, carry = features(inputs[:, :k], state)
+        y_tail, _ = features(inputs[:, k:], carry)
+        return torch.cat((y_head, y_tail), dim=1), carry
+
     def _training_loss(self, inputs: Tensor, targets: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
-        """Mean NLL per target token (full softmax, or the sampled objective) plus the Sobolev term."""
+        """Mean NLL per target token (full softmax, or the sampled objective) plus the Sobolev term, and the
+        state the next window starts from."""
         hp = self.hparams
-        y, final_state = self._compiled(self.model.features)(inputs, state)
+        y, next_state = self._features_to_carry(inputs, state)
         if self.sampled_loss is not None:
             weight, bias = decoder_parameters(self.model)
             loss = self.sampled_loss(y.reshape(-1, y.shape[-1]), targets.reshape(-1), weight, bias)
@@ -361,7 +390,7 @@ class LanguageModelModule(L.LightningModule):
             penalty = l1_penalty(self.model)
             self.log("train_l1", penalty, on_step=True, on_epoch=False)
             loss = loss + hp.l1_weight * penalty
-        return loss, final_state
+        return loss, next_state
 
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         inputs, targets, index = batch
