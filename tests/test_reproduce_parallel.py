@@ -280,3 +280,13 @@ def test_two_reproduce_processes_on_one_out_keep_each_others_rows(tmp_path, monk
     assert state["rows"]["lstm"]["status"] == "done"
     assert state["rows"]["elman"]["measured"] == 321.0 and state["runs"]["their-run"]["row"] == "elman"
     assert float(read_csv(out / "dsf-table1-word.csv")["elman"]["measured"]) == 321.0
+
+
+def test_the_curve_plots_title_speaks_of_dashed_lines_only_where_there_are_some():
+    from dsf_lightning.reproduce.report import curves_title
+
+    scrn, dsf = get_table("scrn-table2"), get_table("dsf-table1-word")  # published validation numbers / none
+    assert all(row.published_valid is None for row in dsf.rows)
+    assert "dashed: the paper's validation number" in curves_title(scrn, [{"row": "h40-s10"}])
+    assert "the paper gives no validation number" in curves_title(dsf, [{"row": "elman"}])
+    assert "dashed" not in curves_title(dsf, [{"row": "elman"}])

@@ -252,6 +252,15 @@ def _csv(records: list[dict], fields: tuple[str, ...]) -> str:
     return buffer.getvalue()
 
 
+def curves_title(table: Table, records: list[dict]) -> str:
+    """The curve plot's title: what the dashed lines are, where a plotted row has a published validation number."""
+    plotted = {r["row"] for r in records}
+    dashed = any(row.key in plotted and row.published_valid is not None and math.isfinite(row.published_valid)
+                 for row in table.rows)
+    key = "dashed: the paper's validation number" if dashed else "the paper gives no validation number"
+    return f"{table.id}: validation after every epoch ({key})"
+
+
 def plot_curves(table: Table, records: list[dict], path: Path) -> Path | None:
     """Validation metric against training CPU hours, one line per row, the published numbers dashed; None
     (and a log line) without matplotlib."""
@@ -269,15 +278,14 @@ def plot_curves(table: Table, records: list[dict], path: Path) -> Path | None:
         color = f"C{i % 10}"
         ax.plot([p["cpu_seconds"] / 3600 for p in points], [p["val_metric"] for p in points], "o-", ms=3,
                 color=color, label=row.label)
-        target = row.published_valid if row.published_valid is not None else None
-        if target is not None and math.isfinite(target):
-            ax.axhline(target, color=color, ls="--", lw=0.8)
+        if row.published_valid is not None and math.isfinite(row.published_valid):
+            ax.axhline(row.published_valid, color=color, ls="--", lw=0.8)
     metric = table.rows[0].metric if table.rows else "ppl"
     ax.set_xlabel("training CPU hours (one thread per row)")
     ax.set_ylabel(f"validation {unit.get(metric, metric)}")
     if metric == "ppl":
         ax.set_yscale("log")
-    ax.set_title(f"{table.id}: validation after every epoch (dashed: the paper's validation number)", fontsize=9)
+    ax.set_title(curves_title(table, records), fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)

@@ -259,7 +259,7 @@ class IMDBSentimentDataModule(SequenceDataModule):
         if valid_every == 1 or valid_every < 0:
             raise ValueError(f"valid_every must be 0 (no validation) or >= 2, got {valid_every}")
         if keep_words not in KEEP:
-            raise ValueError(f"keep_words must be 'first' or 'last' (which words of a review longer than a cut are "
+            raise ValueError(f"keep_words must be one of {KEEP} (which words of a review longer than a cut are "
                              f"kept), got {keep_words!r}")
         self.keep_words = keep_words
         self.data_root = data_root

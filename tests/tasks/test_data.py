@@ -255,5 +255,5 @@ def test_imdb_keep_words_chooses_which_end_of_a_review_a_cut_keeps(tmp_path, kee
 
 
 def test_imdb_keep_words_refuses_other_values(tmp_path):
-    with pytest.raises(ValueError, match="keep_words must be 'first' or 'last'"):
+    with pytest.raises(ValueError, match=r"keep_words must be one of \('first', 'last'\)"):
         IMDBSentimentDataModule(data_root=tmp_path, keep_words="end")
