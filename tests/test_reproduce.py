@@ -50,6 +50,42 @@ def test_every_row_names_an_existing_recipe_and_every_recipe_is_in_a_table():
     assert not unused, f"recipes no table runs: {sorted(unused)}"
 
 
+def _lm_override_rows():
+    """One table row per distinct set of overrides on a language-model recipe (the SCRN Table 7 alphas: one)."""
+    seen, rows = set(), []
+    for table in TABLES.values():
+        for row in table.rows:
+            if row.overrides and row.recipe and not runner.is_task_recipe(runner.load_recipe(default_recipes_dir() / row.recipe)):
+                keys = tuple(sorted(row.overrides))
+                if (row.recipe, keys) not in seen:
+                    seen.add((row.recipe, keys))
+                    rows.append(pytest.param(table.id, row.key, id=f"{table.id}:{row.key}"))
+    return rows
+
+
+@pytest.mark.parametrize(("table_id", "key"), _lm_override_rows())
+def test_every_rows_overrides_reach_the_model_data_and_trainer_the_cli_builds(table_id, key, tiny_folder, tmp_path,
+                                                                              monkeypatch):
+    """A row's override is an option the CLI accepts and what the built objects hold (a misspelt or ignored
+    option would leave the recipe's value)."""
+    monkeypatch.chdir(tmp_path)
+    row = get_table(table_id).row(key)
+    recipe_path = default_recipes_dir() / row.recipe
+    overrides = runner.merged_overrides(runner.load_recipe(recipe_path), row, "paper")
+    args = runner.cli_arguments(recipe_path, overrides, str(tiny_folder), ["--data.corpus", "text-folder",
+                                                                           "--data.corpus_options", "{}"])
+    cli = lightning_cli(args, run=False)
+    for dotted, value in row.overrides.items():
+        section, *path = dotted.split(".")
+        if section == "model":
+            got = cli.model.hparams
+            for part in path:
+                got = got[part]
+        else:
+            got = getattr(cli.datamodule if section == "data" else cli.trainer, path[0])
+        assert got == value, (dotted, got, value)
+
+
 def test_list_tables_and_recipes(capsys):
     assert main(["list", "tables"]) == 0
     out = capsys.readouterr().out
