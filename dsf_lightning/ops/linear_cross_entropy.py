@@ -16,14 +16,6 @@ Here the logits are written once and everything after happens in that buffer:
 The arithmetic is the usual stable log-sum-exp, so the loss equals the plain path to round-off (tested in
 float64 against ``F.cross_entropy(F.linear(...))``). The products take ``fast_linear``'s oneDNN path where
 it applies. The backward pass consumes the buffer: a second backward through the same graph raises.
-
-A narrow decoder (``D <= CHUNKED_MAX_FEATURES`` inputs, e.g. SCRN Table 2's [s; h] of 50) does less arithmetic
-per logit than it moves memory, so there the [N, V] buffer is never built: the forward pass takes
-``GRADIENT_CHUNK_ROWS`` rows at a time, and each chunk's logits become its softmax, then its gradient, while
-in cache; the chunk's share of ``dL/dy``, ``dL/dW`` and ``dL/db`` (for an upstream gradient of 1) is added up
-at once and the backward pass only scales them by the upstream gradient. Measured on one CPU thread, V = 10k:
-~1.3-1.5x the buffer path's loss + gradients at D = 50-100 (SCRN Table 2's decoder: ~150 -> ~100 ms a
-window of 20 x 70 tokens); from D ~ 275 on the two were level or the buffer path ahead.
 """
 
 from __future__ import annotations
@@ -38,10 +30,6 @@ __all__ = ["linear_cross_entropy"]
 
 #: rows per chunk of the in-place softmax: 64 x 10k fp32 is 2.5 MB, inside this machine's L3 cache
 CHUNK_ROWS = 64
-#: decoders this narrow (input features) take the chunked path that never builds the [N, V] buffer
-CHUNKED_MAX_FEATURES = 128
-#: rows per chunk of that path (its logits, softmax and gradient live in one [rows, V] block)
-GRADIENT_CHUNK_ROWS = 128
 
 
 def _mm_t(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -88,49 +76,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_y, grad_w, grad_b, None
 
 
-class _ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """The loss and, for an upstream gradient of 1, the gradients of the inputs that need one, chunk by chunk
-    in the forward pass; the backward pass scales them."""
-
-    @staticmethod
-    def forward(ctx, y: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor) -> Tensor:  # type: ignore[override]
-        need_y, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_b = bias is not None and ctx.needs_input_grad[2]
-        grad_y = torch.empty_like(y) if need_y else None
-        grad_w_t = weight.new_zeros(weight.shape[1], weight.shape[0]) if need_w else None  # [D, V]
-        grad_b = torch.zeros_like(bias) if need_b else None
-        loss = y.new_zeros((), dtype=torch.float64)
-        minus_one = y.new_full((1, 1), -1.0)
-        for i in range(0, y.shape[0], GRADIENT_CHUNK_ROWS):
-            rows, t = y[i: i + GRADIENT_CHUNK_ROWS], targets[i: i + GRADIENT_CHUNK_ROWS, None]
-            block = _mm_t(rows, weight, bias)  # [C, V] logits -> exp(l - m) -> softmax -> dL/dl
-            target_logit = block.gather(1, t)
-            maxes = torch.amax(block, 1, keepdim=True)
-            block.sub_(maxes).exp_()
-            sums = torch.sum(block, 1, keepdim=True)
-            loss += (maxes + sums.log() - target_logit).sum().double()
-            block.div_(sums).scatter_add_(1, t, minus_one.expand(t.shape[0], 1))
-            if need_y:
-                grad_y[i: i + GRADIENT_CHUNK_ROWS] = _mm_t(block, weight.t())  # G W
-            if need_w:
-                grad_w_t.addmm_(rows.t(), block)  # += y^T G
-            if need_b:
-                grad_b += block.sum(0)
-        ctx.save_for_backward(*(g for g in (grad_y, grad_w_t, grad_b) if g is not None))
-        ctx.have = (need_y, need_w, need_b)
-        return loss.to(y.dtype)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
-        saved = iter(ctx.saved_tensors)
-        grad_y, grad_w_t, grad_b = (next(saved) * grad if need else None for need in ctx.have)
-        return grad_y, None if grad_w_t is None else grad_w_t.t(), grad_b, None
-
-
 def linear_cross_entropy(y: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor) -> Tensor:
     """``F.cross_entropy(F.linear(y, weight, bias), targets, reduction="sum")`` for ``y`` [N, D], ``weight``
-    [V, D], ``bias`` [V] or None and ``targets`` [N] (class indices), computed with one [N, V] buffer, or in
-    row chunks when ``D <= CHUNKED_MAX_FEATURES``.
+    [V, D], ``bias`` [V] or None and ``targets`` [N] (class indices), computed with one [N, V] buffer.
 
     Without autograd (no input needs a gradient) it is the plain expression.
     """
@@ -140,6 +88,4 @@ def linear_cross_entropy(y: Tensor, weight: Tensor, bias: Tensor | None, targets
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (y, weight, bias))
     if not needs_grad:
         return F.cross_entropy(F.linear(y, weight, bias), targets, reduction="sum")
-    if y.shape[1] <= CHUNKED_MAX_FEATURES:
-        return _ChunkedLinearCrossEntropy.apply(y, weight, bias, targets)
     return _LinearCrossEntropy.apply(y, weight, bias, targets)

@@ -1,31 +1,13 @@
 """The fused decoder loss (linear_cross_entropy, LanguageModelModule's ``fused_loss``) equals the plain
-F.cross_entropy(F.linear(...)) in float64: loss and every gradient, on both of its paths (one [N, V] buffer;
-row chunks whose gradients are formed in the forward pass, for narrow decoders); the option really switches
-the path."""
+F.cross_entropy(F.linear(...)) in float64: loss and every gradient; the option really switches the path."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from dsf_lightning.ops import linear_cross_entropy as lce_module
-from dsf_lightning.ops.linear_cross_entropy import CHUNK_ROWS, GRADIENT_CHUNK_ROWS, linear_cross_entropy
+from dsf_lightning.ops.linear_cross_entropy import CHUNK_ROWS, linear_cross_entropy
 from dsf_lightning.training import LanguageModelModule
-
-PATHS = {"buffer": 0, "chunked": 10**9}  # CHUNKED_MAX_FEATURES that sends every decoder down that path
-
-
-@pytest.fixture(params=sorted(PATHS))
-def path(request, monkeypatch):
-    """Which of linear_cross_entropy's two paths the test runs (whatever the decoder's width)."""
-    monkeypatch.setattr(lce_module, "CHUNKED_MAX_FEATURES", PATHS[request.param])
-    calls = []
-    for name in ("_LinearCrossEntropy", "_ChunkedLinearCrossEntropy"):
-        real = getattr(lce_module, name)
-        monkeypatch.setattr(lce_module, name, type(name, (real,), {"apply": classmethod(
-            lambda cls, *a, _name=name, _real=real: calls.append(_name) or _real.apply(*a))}))
-    yield request.param
-    want = "_LinearCrossEntropy" if request.param == "buffer" else "_ChunkedLinearCrossEntropy"
-    assert calls and set(calls) == {want}, calls  # the path asked for is the path that ran
 
 
 def _plain(y, w, b, t):
@@ -34,9 +16,9 @@ def _plain(y, w, b, t):
     return -(logits - torch.logsumexp(logits, 1, keepdim=True)).gather(1, t[:, None]).sum()
 
 
-@pytest.mark.parametrize("rows", [1, CHUNK_ROWS, 2 * CHUNK_ROWS + 7, 2 * GRADIENT_CHUNK_ROWS + 5])
+@pytest.mark.parametrize("rows", [1, CHUNK_ROWS, 2 * CHUNK_ROWS + 7])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_loss_and_gradients_equal_the_plain_softmax_in_float64(rows, with_bias, path):
+def test_loss_and_gradients_equal_the_plain_softmax_in_float64(rows, with_bias):
     g = torch.Generator().manual_seed(rows)
     y = torch.randn(rows, 12, dtype=torch.float64, generator=g, requires_grad=True)
     w = (3 * torch.randn(50, 12, dtype=torch.float64, generator=g)).requires_grad_()  # large logits: the max shift matters
@@ -50,7 +32,7 @@ def test_loss_and_gradients_equal_the_plain_softmax_in_float64(rows, with_bias, 
         torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-13)
 
 
-def test_float32_through_onednn_agrees_with_f_cross_entropy(path):
+def test_float32_through_onednn_agrees_with_f_cross_entropy():
     g = torch.Generator().manual_seed(0)
     y = torch.randn(300, 64, generator=g, requires_grad=True)
     w = (0.1 * torch.randn(2000, 64, generator=g)).requires_grad_()
@@ -63,30 +45,14 @@ def test_float32_through_onednn_agrees_with_f_cross_entropy(path):
         torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-6)
 
 
-def test_a_second_backward_is_refused_by_the_buffer_path_and_bad_shapes_named(path):
+def test_a_second_backward_is_refused_and_bad_shapes_named():
     y = torch.randn(4, 3, requires_grad=True)
     loss = linear_cross_entropy(y, torch.randn(5, 3), None, torch.tensor([0, 1, 2, 3]))
     loss.backward(retain_graph=True)
-    first = y.grad.clone()
-    if path == "buffer":  # its backward consumes the logits buffer
-        with pytest.raises(RuntimeError, match="runs once"):
-            loss.backward()
-    else:  # the chunked path keeps its gradients: a second backward adds the same again
+    with pytest.raises(RuntimeError, match="runs once"):
         loss.backward()
-        torch.testing.assert_close(y.grad, 2 * first)
     with pytest.raises(ValueError, match=r"expected y \[N, D\], weight \[V, D\], targets \[N\]"):
         linear_cross_entropy(y, torch.randn(5, 3), None, torch.tensor([0, 1]))
-
-
-def test_only_the_inputs_that_need_a_gradient_get_one(path):
-    g = torch.Generator().manual_seed(3)
-    y = torch.randn(7, 5, dtype=torch.float64, generator=g)
-    w = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
-    b = torch.randn(11, dtype=torch.float64, generator=g)
-    t = torch.randint(0, 11, (7,), generator=g)
-    (grad,) = torch.autograd.grad(linear_cross_entropy(y, w, b, t), (w,))
-    (want,) = torch.autograd.grad(_plain(y, w, b, t), (w,))
-    torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-13)
 
 
 def _module(**kwargs):
@@ -99,7 +65,7 @@ def _module(**kwargs):
     # SCRN Table 2's configuration: one-hot input (no embedding), the decoder reads [h_t; s_t]
     (False, {"cell": "scrn", "cell_options": {"context_size": 4}, "embedding_size": 0}),
 ], ids=["untied", "tied", "scrn-one-hot"])
-def test_the_training_loss_and_gradients_equal_the_plain_path_in_float64(tied, options, monkeypatch, path):
+def test_the_training_loss_and_gradients_equal_the_plain_path_in_float64(tied, options, monkeypatch):
     calls = []
     real = lce_module.linear_cross_entropy
     monkeypatch.setattr("dsf_lightning.training.language_model.linear_cross_entropy",
