@@ -20,7 +20,7 @@ from .._fs import write_atomic
 from .._plotting import pyplot, save_png
 from .liveness import still_running
 from .progress import read_progress, totals
-from .tables import Table
+from .tables import Row, Table
 
 logger = logging.getLogger(__name__)
 
@@ -252,11 +252,15 @@ def _csv(records: list[dict], fields: tuple[str, ...]) -> str:
     return buffer.getvalue()
 
 
+def _has_published_valid(row: Row) -> bool:
+    """Whether the paper gives ``row`` a validation number (the plot's dashed line)."""
+    return row.published_valid is not None and math.isfinite(row.published_valid)
+
+
 def curves_title(table: Table, records: list[dict]) -> str:
     """The curve plot's title: what the dashed lines are, where a plotted row has a published validation number."""
     plotted = {r["row"] for r in records}
-    dashed = any(row.key in plotted and row.published_valid is not None and math.isfinite(row.published_valid)
-                 for row in table.rows)
+    dashed = any(row.key in plotted and _has_published_valid(row) for row in table.rows)
     key = "dashed: the paper's validation number" if dashed else "the paper gives no validation number"
     return f"{table.id}: validation after every epoch ({key})"
 
@@ -278,7 +282,7 @@ def plot_curves(table: Table, records: list[dict], path: Path) -> Path | None:
         color = f"C{i % 10}"
         ax.plot([p["cpu_seconds"] / 3600 for p in points], [p["val_metric"] for p in points], "o-", ms=3,
                 color=color, label=row.label)
-        if row.published_valid is not None and math.isfinite(row.published_valid):
+        if _has_published_valid(row):
             ax.axhline(row.published_valid, color=color, ls="--", lw=0.8)
     metric = table.rows[0].metric if table.rows else "ppl"
     ax.set_xlabel("training CPU hours (one thread per row)")
