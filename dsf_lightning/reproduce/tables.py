@@ -196,7 +196,20 @@ def _scrn_table2() -> Table:
                  note="as h40-s10-released, and each training window starts from the state after step 5 of "
                       "the one before (the script's `self.state = outputs[4]`)")
     return Table("scrn-table2", "SCRN paper Table 2, the single-layer baseline on PTB (test PPL, the authors' implementation)",
-                 SCRN, (*rows, released[0], script, *released[1:]))
+                 SCRN, (*rows, released[0], script, *released[1:]),
+                 ("The `hH-sS` rows: the paper's Table 1 settings for its own implementation (SGD lr 0.8 halved when "
+                  "validation does not improve, norms clipped at 5, batch 20, BPTT 35, init [-0.3, 0.3], [-0.2, 0.2] "
+                  "for 300/40). The paper gives no epoch count: the recipes stop after 40 epochs or 4 without "
+                  "improvement.",
+                  "The `-released` rows: the settings of the authors' released script (zh3nis/scrn "
+                  "SCRN-Word-baseline.py), which differ from Table 1: BPTT 70, init [-0.1, 0.1], up to 120 epochs. "
+                  "The script configures 40/10 only; the other sizes keep its settings.",
+                  "The paper's rate and clipping apply to the loss summed over a window's steps (TensorFlow PTB "
+                  "tutorial style); this module averages over tokens, so the recipes multiply the rate and divide "
+                  "the clipping norm by the window length (35 or 70).",
+                  "The script halves the rate whenever validation does not beat its best and never stops early; "
+                  "here ReduceLROnPlateau (relative threshold 1e-4) halves it and training stops after 4 epochs "
+                  "without improvement."))
 
 
 SCRN_T4 = {
