@@ -408,6 +408,11 @@ def _srnn_imdb() -> Table:
                   "The `trunc10-last` rows: the same, but every cut keeps the last words of a review "
                   "(`data.init_args.keep_words: last`, what Keras' pad_sequences does by default); the paper does not "
                   "say which words it kept.",
+                  "Tried, not a row: the authors' released code (deepsemantic/sr-rnns: parentheses and Tomita only, no "
+                  "IMDB script) pads a sequence shorter than maxlen at the end and reads the padding. The `trunc10` "
+                  "sr-LSTM-p's checkpoint tested that way (`dsf test ... --data.init_args.pad_to_cut true`): 38.2 / "
+                  "43.8 % error at 100 / 200 (36.8 / 35.6 without): padding hurts it most at 200, unlike the paper's "
+                  "flat 26.04 / 26.21, so this reading does not explain the published numbers either.",
                   "Figure 10 (the `full` rows): full-length reviews."))
 
 

@@ -241,7 +241,10 @@ class IMDBSentimentDataModule(SequenceDataModule):
     paper trains on all 25,000 training reviews; here every ``valid_every``-th one (10th, 20th, ...:
     2,500, balanced) is held out for validation unless ``valid_every=0``. ``keep_words``: which words of a
     review longer than a cut are kept, ``"first"`` (default) or ``"last"`` (as Keras' ``pad_sequences``
-    truncates by default; the paper does not say which it kept).
+    truncates by default; the paper does not say which it kept). ``pad_to_cut``: a review shorter than its
+    split's cut is padded at the end with ``<pad>`` up to the cut (after the end token), and the model reads
+    the padding as input, as the sr-RNN authors' ``prepare_data`` does (their released parentheses code sets
+    every length to ``maxlen``); off by default (a review ends where it ends).
     """
 
     # what a classifier folder records (dsf_lightning.hub.classifier): reviews read as _read reads them
@@ -253,7 +256,7 @@ class IMDBSentimentDataModule(SequenceDataModule):
         self, data_root: str | os.PathLike | None = None, max_vocab: int = 20_000, min_count: int = 1,
         train_max_length: int | None = None, valid_max_length: int | None = None,
         test_max_lengths: Sequence[int | None] = (None,), valid_every: int = 10, verify: bool = True,
-        keep_words: str = "first", batch_size: int = 32, **kwargs: Any,
+        keep_words: str = "first", pad_to_cut: bool = False, batch_size: int = 32, **kwargs: Any,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         if valid_every == 1 or valid_every < 0:
@@ -261,7 +264,7 @@ class IMDBSentimentDataModule(SequenceDataModule):
         if keep_words not in KEEP:
             raise ValueError(f"keep_words must be one of {KEEP} (which words of a review longer than a cut are "
                              f"kept), got {keep_words!r}")
-        self.keep_words = keep_words
+        self.keep_words, self.pad_to_cut = keep_words, pad_to_cut
         self.data_root = data_root
         self.max_vocab, self.min_count = max_vocab, min_count
         self.train_max_length, self.valid_max_length = train_max_length, valid_max_length
@@ -299,9 +302,11 @@ class IMDBSentimentDataModule(SequenceDataModule):
     def _dataset(self, words: list[list[str]], labels: list[int], max_length: int | None) -> TokenSequenceDataset:
         if max_length:
             words = [cut(w, max_length, self.keep_words) for w in words]
-        return TokenSequenceDataset(
-            [self.vocab.encode(w) for w in words], labels, {"length": [len(w) for w in words]}
-        )
+        encoded = [self.vocab.encode(w) for w in words]
+        if max_length and self.pad_to_cut:
+            full = max_length + (2 if self.vocab.start_end_tokens else 0)  # <s>, max_length words, </s>
+            encoded = [e + [self.vocab.pad_id] * (full - len(e)) for e in encoded]
+        return TokenSequenceDataset(encoded, labels, {"length": [len(w) for w in words]})
 
     def prepare_vocab(self) -> Vocabulary:
         """Read the training reviews and build the vocabulary (needed before building the model)."""

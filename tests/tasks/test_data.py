@@ -257,3 +257,18 @@ def test_imdb_keep_words_chooses_which_end_of_a_review_a_cut_keeps(tmp_path, kee
 def test_imdb_keep_words_refuses_other_values(tmp_path):
     with pytest.raises(ValueError, match=r"keep_words must be one of \('first', 'last'\)"):
         IMDBSentimentDataModule(data_root=tmp_path, keep_words="end")
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_imdb_pad_to_cut_makes_a_short_review_as_long_as_its_cut_and_the_model_reads_the_padding(tmp_path, pad):
+    data = IMDBSentimentDataModule(data_root=write_numbered_imdb(tmp_path, n_words=8), verify=False, valid_every=0,
+                                   train_max_length=5, test_max_lengths=(12, None), pad_to_cut=pad, batch_size=2)
+    data.setup("fit")
+    data.setup("test")
+    symbols = [data.vocab.symbols[t] for t in data.test_sets["l12"][0]["inputs"].tolist()]
+    words = ["<s>", *symbols[1:9], "</s>"]
+    assert symbols == words + ["<pad>"] * 4 if pad else symbols == words  # 12 words' worth: <s> + 12 + </s>
+    assert len(data.train_set[0]["inputs"]) == 7  # longer than its cut: cut, nothing to pad
+    assert len(data.test_sets["full"][0]["inputs"]) == 10  # no cut: never padded
+    batch = next(iter(data.test_dataloader()[0]))  # the l12 test set
+    assert batch["lengths"].tolist() == [14 if pad else 10] * 2  # what the classifier reads up to
