@@ -175,6 +175,12 @@ def classifier_from_checkpoint(
     labels = list(getattr(datamodule, "label_names", None) or [str(i) for i in range(arch["num_classes"])])
     if len(labels) != arch["num_classes"]:
         labels = [str(i) for i in range(arch["num_classes"])]
+    if getattr(datamodule, "pad_to_cut", False):
+        raise CheckpointError(
+            f"{path}: the data of {source} pads short reviews to their cut (pad_to_cut: true), but a classifier "
+            "folder reads a text as it is, unpadded, so its card would report an accuracy it does not have: "
+            "export with the recipe's pad_to_cut set to false"
+        )
     if max_length is not None and not _check_max_length(max_length):
         raise ValueError(f"max_length must be a positive integer, got {max_length!r}")
     training = {k: v for k, v in hparams.items() if k not in ARCHITECTURE and not k.startswith("_")}

@@ -186,6 +186,11 @@ def test_a_recipe_that_builds_another_vocabulary_is_refused(trained, tmp_path, c
     assert "vocab_size=" in err and "wrong recipe" in err
 
 
+def test_data_that_pads_short_reviews_is_refused(trained, tmp_path, capsys):
+    err = _export_with_an_edited_recipe(trained, tmp_path, capsys, "max_vocab: 30", "max_vocab: 30\n    pad_to_cut: true")
+    assert "pad_to_cut" in err and "unpadded" in err
+
+
 def test_a_model_trained_on_the_last_words_of_each_review_exports_reading_the_last_words(trained, tmp_path):
     """keep_words: last in the recipe -> the folder's keep is "last": classify reads the end of a long review
     (it used to be refused: a folder could only read the first max_length symbols)."""
