@@ -117,7 +117,7 @@ def test_a_stopped_rows_progress_outlives_its_run_folder(tmp_path, monkeypatch, 
     assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
     row = read_csv(out / "dsf-table1-word.csv")["elman"]
     assert int(row["epochs"]) >= 1 and float(row["cpu_seconds"]) > 0
-    assert row["message"].startswith(f"running: {row['epochs']} epoch(s) so far, last valid loss")
+    assert row["message"].startswith(f"running: {row['epochs']} epoch(s) so far of at most 100000 (at most ~")
     assert int(row["epochs"]) >= int(live["epochs"] or 0)
     curves = [r for r in csv.DictReader(open(out / "dsf-table1-word.curves.csv")) if r["row"] == "elman"]
     assert len(curves) == int(row["epochs"])
@@ -215,9 +215,34 @@ def test_the_table_shows_a_row_still_training_from_its_progress(tmp_path):
     md, csv_path = write_outputs(table, state, tmp_path, "paper")
     row = read_csv(csv_path)["h40-s10"]
     assert row["status"] == "running" and row["epochs"] == "1" and float(row["cpu_seconds"]) > 0
-    assert row["message"].startswith("running: 1 epoch(s) so far, last valid loss")
+    assert row["message"].startswith("running: 1 epoch(s) so far of at most 1, last valid loss")
     assert "running: 1 epoch(s) so far" in md.read_text()
     assert (tmp_path / "scrn-table2.curves.png").is_file()
+    assert read_progress(folder)["max_epochs"] == 1  # the Trainer's, recorded by the row's own fit
+
+
+def test_a_running_row_says_how_many_epochs_it_may_still_take_and_how_long(tmp_path):
+    from dsf_lightning.reproduce.liveness import this_process
+    from dsf_lightning.reproduce.report import row_folder, table_rows
+
+    table = get_table("scrn-table2")
+    folder = row_folder(tmp_path, table.id, "h40-s10")
+    folder.mkdir(parents=True)
+    epochs = [{"epoch": i, "val_loss": 5.0, "wall_seconds": 90.0 * (i + 1), "cpu_seconds": 80.0 * (i + 1)} for i in range(4)]
+    progress = {"sittings": [{"started": 0.0, "tokens": 1, "wall_seconds": 360.0, "cpu_seconds": 320.0}],
+                "epochs": epochs, "max_epochs": 120}
+    (folder / "progress.json").write_text(json.dumps(progress))
+    state = {"rows": {"h40-s10": {"status": "running", "runner": this_process()}}}
+
+    def message():
+        return next(r for r in table_rows(table, state, "paper", tmp_path) if r["row"] == "h40-s10")["message"]
+
+    # 116 epochs left at 90 s each (the mean of the four so far): 174 minutes
+    assert message().startswith("running: 4 epoch(s) so far of at most 120 (at most ~2 h 54 min more at its mean")
+    (folder / "progress.json").write_text(json.dumps({**progress, "max_epochs": 4}))
+    assert message().startswith("running: 4 epoch(s) so far of at most 4, last valid loss")
+    (folder / "progress.json").write_text(json.dumps({k: v for k, v in progress.items() if k != "max_epochs"}))
+    assert message().startswith("running: 4 epoch(s) so far, last valid loss")  # written before the field
 
 
 def test_classifier_rows_curves_and_best_validation_read_as_error(tmp_path):

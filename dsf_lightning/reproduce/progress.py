@@ -7,7 +7,8 @@ A paper-scale row runs for hours and may be stopped and resumed (``last.ckpt``) 
   seconds), so the totals include the work of a sitting that was killed mid-epoch;
 * ``epochs``: one record per finished validation (epoch, every logged ``val_*`` number (loss, perplexity, a
   classifier's accuracy), cumulative tokens,
-  CPU and wall seconds at that point); a resumed run drops the records of epochs it trains again.
+  CPU and wall seconds at that point); a resumed run drops the records of epochs it trains again;
+* ``max_epochs``: the Trainer's, for the table's "of at most N epochs" and the time that may be left.
 
 :func:`totals` sums the sittings. Wall and CPU seconds are the training loop's (fit: train and validation),
 not the process start-up or the final test.
@@ -88,6 +89,8 @@ class RowProgress(L.Callback):
         # logged from that epoch on
         start = trainer.current_epoch
         self.progress["epochs"] = [e for e in self.progress["epochs"] if e["epoch"] < start]
+        if trainer.max_epochs is not None and trainer.max_epochs >= 0:  # the table's "of at most N" and time left
+            self.progress["max_epochs"] = int(trainer.max_epochs)
         self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

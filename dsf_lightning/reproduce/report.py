@@ -55,7 +55,8 @@ def row_progress(entry: dict, folder: Path) -> dict:
     if progress["sittings"] or progress["epochs"]:
         return progress
     kept = entry.get("progress") or {}
-    return {"sittings": list(kept.get("sittings", [])), "epochs": list(kept.get("epochs", []))}
+    return {"sittings": list(kept.get("sittings", [])), "epochs": list(kept.get("epochs", [])),
+            **({"max_epochs": kept["max_epochs"]} if "max_epochs" in kept else {})}
 
 
 def record_progress(table: Table, state: dict, out: Path) -> None:
@@ -70,7 +71,7 @@ def record_progress(table: Table, state: dict, out: Path) -> None:
             continue
         progress = read_progress(row_folder(out, table.id, row.key))
         if progress["sittings"] or progress["epochs"]:
-            entry["progress"] = {"sittings": progress["sittings"], "epochs": progress["epochs"]}
+            entry["progress"] = {k: progress[k] for k in ("sittings", "epochs", "max_epochs") if k in progress}
 
 
 def row_epochs(entry: dict, folder: Path) -> list[dict]:
@@ -80,6 +81,20 @@ def row_epochs(entry: dict, folder: Path) -> list[dict]:
     return row_progress(entry, folder)["epochs"]
 
 
+def _epochs_left(progress: dict) -> str:
+    """`` of at most N (at most ~H h M min more at this row's mean epoch)``, from ``progress.json``'s
+    ``max_epochs`` and the wall time of its epochs so far; empty when either is unknown."""
+    epochs, most = progress["epochs"], progress.get("max_epochs")
+    if not isinstance(most, int) or not epochs:
+        return ""
+    text = f" of at most {most}"
+    per_epoch = float(epochs[-1].get("wall_seconds", 0.0)) / len(epochs)
+    if most > len(epochs) and per_epoch > 0:
+        minutes = round(per_epoch * (most - len(epochs)) / 60)
+        text += f" (at most ~{minutes // 60} h {minutes % 60} min more at its mean epoch's wall time)"
+    return text
+
+
 def _live(entry: dict, folder: Path) -> dict:
     """Costs and a one-line status of a row that has not finished (running, queued, stopped or failed)."""
     progress = row_progress(entry, folder)
@@ -87,7 +102,7 @@ def _live(entry: dict, folder: Path) -> dict:
         return {}
     spent, epochs = totals(progress), progress["epochs"]
     last = epochs[-1] if epochs else {}
-    text = f"{len(epochs)} epoch(s) so far"
+    text = f"{len(epochs)} epoch(s) so far" + _epochs_left(progress)
     if "val_acc" in last:
         text += f", last valid accuracy {last['val_acc']:.4f}"
     elif "val_loss" in last:
