@@ -8,6 +8,7 @@ a long run, rewritten after every row and on every run of the command.
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import logging
@@ -48,6 +49,10 @@ def row_folder(out: Path, table_id: str, row_key: str) -> Path:
     return Path(out) / "runs" / table_id / row_key
 
 
+#: what a state entry keeps of a row's progress.json (:func:`record_progress`, read back by :func:`row_progress`)
+KEPT_PROGRESS = ("sittings", "epochs", "max_epochs")
+
+
 def row_progress(entry: dict, folder: Path) -> dict:
     """A row's ``progress.json``, or, when its folder is gone (another machine, a cleaned disk), the copy the
     runner last recorded in the state (``entry["progress"]``, see :func:`record_progress`)."""
@@ -55,8 +60,7 @@ def row_progress(entry: dict, folder: Path) -> dict:
     if progress["sittings"] or progress["epochs"]:
         return progress
     kept = entry.get("progress") or {}
-    return {"sittings": list(kept.get("sittings", [])), "epochs": list(kept.get("epochs", [])),
-            **({"max_epochs": kept["max_epochs"]} if "max_epochs" in kept else {})}
+    return {"sittings": [], "epochs": [], **{k: copy.copy(kept[k]) for k in KEPT_PROGRESS if k in kept}}
 
 
 def record_progress(table: Table, state: dict, out: Path) -> None:
@@ -71,7 +75,7 @@ def record_progress(table: Table, state: dict, out: Path) -> None:
             continue
         progress = read_progress(row_folder(out, table.id, row.key))
         if progress["sittings"] or progress["epochs"]:
-            entry["progress"] = {k: progress[k] for k in ("sittings", "epochs", "max_epochs") if k in progress}
+            entry["progress"] = {k: progress[k] for k in KEPT_PROGRESS if k in progress}
 
 
 def row_epochs(entry: dict, folder: Path) -> list[dict]:
