@@ -34,7 +34,7 @@ from ..cells import build_cell
 from ..cells.base import State
 from ..hub.mixin import PretrainedModelMixin
 from ..ops.one_hot import one_hot
-from ..training.optim import build_optimizer
+from ..training.optim import build_optimizer, fused_allowed
 from .data import IGNORE_INDEX, pad_ids
 
 INPUT_MODES = ("embedding", "one-hot", "values")
@@ -204,7 +204,8 @@ class _RecurrentSequenceModule(L.LightningModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return build_optimizer(hp.optimizer, self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        return build_optimizer(hp.optimizer, self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay,
+                               fused=fused_allowed(self._trainer))
 
 
 class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):

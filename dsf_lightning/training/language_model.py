@@ -37,7 +37,7 @@ from .._checks import check_bool
 from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
-from .optim import build_optimizer, with_schedule
+from .optim import build_optimizer, fused_allowed, with_schedule
 from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
@@ -550,7 +550,8 @@ class LanguageModelModule(L.LightningModule):
             optimizer = self.optimizer_factory(groups)
         else:
             optimizer = build_optimizer(hp.optimizer, groups, lr=hp.lr, momentum=hp.momentum,
-                                        weight_decay=hp.weight_decay, choices=("adam", "sgd"))
+                                        weight_decay=hp.weight_decay, choices=("adam", "sgd"),
+                                        fused=fused_allowed(self._trainer))
         scheduler = None
         if hp.get("lr_decay_after_epoch") is not None:
             start, factor = hp.lr_decay_after_epoch, hp.lr_decay_factor

@@ -1,9 +1,10 @@
 """training.optim: the one optimizer builder (names, settings, refused names) and the schedule config Lightning reads."""
 
+import lightning as L
 import pytest
 import torch
 
-from dsf_lightning.training.optim import build_optimizer, with_schedule
+from dsf_lightning.training.optim import build_optimizer, fused_allowed, with_schedule
 
 
 def test_names_build_their_optimizer_with_the_settings():
@@ -54,3 +55,21 @@ def test_adam_and_sgd_take_the_fused_kernel_where_every_parameter_allows_it():
 def test_the_fused_update_is_the_plain_update_in_float64(name, settings):
     for fused, plain in zip(_steps(name, True, **settings), _steps(name, False, **settings)):
         torch.testing.assert_close(fused, plain, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("trainer_kwargs", "fused"),
+    [({}, True), ({"gradient_clip_val": 0.5}, True), ({"precision": "bf16-mixed"}, True),
+     ({"precision": "bf16-mixed", "gradient_clip_val": 0.5}, False),
+     ({"precision": "16-mixed", "gradient_clip_val": 0.5}, False)],
+)
+def test_the_classifier_takes_a_fused_optimizer_unless_mixed_precision_clips(trainer_kwargs, fused):
+    from dsf_lightning.tasks.modules import SequenceClassifier
+
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, **trainer_kwargs)
+    module = SequenceClassifier(vocab_size=5, cell="gru", hidden_size=4, optimizer="adam")
+    assert fused_allowed(trainer) is fused
+    module.trainer = trainer
+    assert bool(module.configure_optimizers().defaults.get("fused")) is fused
+    assert fused_allowed(None) is True  # a module on its own: nothing clips it
