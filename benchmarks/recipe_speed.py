@@ -3,6 +3,8 @@ run alternately in fresh processes (one thread each) so that the same machine at
 
     OMP_NUM_THREADS=1 python -m benchmarks.recipe_speed recipes/ptb/delta_rnn_medium.yaml \\
         --checkout before=/path/to/old/worktree --checkout after=. --rounds 3
+    OMP_NUM_THREADS=1 python -m benchmarks.recipe_speed recipes/ptb/delta_rnn_budget.yaml \\
+        --checkout fp32=. --variant bf16="--trainer.precision bf16-mixed"
 
 Each run trains ``--steps`` windows (validation, checkpoints, loggers and callbacks off) and times the steps
 after ``--skip`` warm-up steps by process CPU time from one ``training_step`` call to the next, so a
@@ -63,13 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=70, help="training windows per run (default 70)")
     parser.add_argument("--skip", type=int, default=10, help="warm-up windows not timed (default 10)")
     parser.add_argument("--overrides", default="", help="dsf fit arguments to add, one string")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                        help="also time the first checkout with these dsf fit arguments added (repeat)")
     args = parser.parse_args(argv)
-    checkouts = {}
+    checkouts, extras = {}, {}
     for item in args.checkout:
         name, sep, path = item.partition("=")
         if not sep or not (Path(path) / "dsf_lightning").is_dir():
             parser.error(f"--checkout takes NAME=PATH with PATH a checkout of dsf-lightning, got {item!r}")
-        checkouts[name] = Path(path).resolve()
+        checkouts[name], extras[name] = Path(path).resolve(), []
+    for item in args.variant:
+        name, sep, more = item.partition("=")
+        if not sep or not name or name in checkouts:
+            parser.error(f"--variant takes NAME=ARGS with a new NAME, got {item!r}")
+        checkouts[name], extras[name] = checkouts[next(iter(checkouts))], shlex.split(more)
     if not 0 <= args.skip < args.steps:
         parser.error(f"--skip must be below --steps, got {args.skip} and {args.steps}")
     recipe = args.recipe.resolve()
@@ -77,14 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         order = list(checkouts)[r % len(checkouts):] + list(checkouts)[: r % len(checkouts)]
         for name in order:
-            rates[name].append(measure(checkouts[name], recipe, args.steps, args.skip, shlex.split(args.overrides)))
+            rates[name].append(measure(checkouts[name], recipe, args.steps, args.skip,
+                                       shlex.split(args.overrides) + extras[name]))
             print(f"round {r + 1}: {name} {rates[name][-1]:,.0f} tokens/CPU s", flush=True)
     first = next(iter(checkouts))
     print(f"\n{recipe.name}, {args.steps - args.skip} timed windows per run, {args.rounds} rounds, one thread\n")
     print("| checkout | tokens / CPU s (median) | per-round ratio to " + first + " |\n| --- | ---: | --- |")
     for name in checkouts:
         ratios = [a / b for a, b in zip(rates[name], rates[first])]
-        print(f"| {name} ({checkouts[name]}) | {statistics.median(rates[name]):,.0f} | "
+        added = f", {shlex.join(extras[name])}" if extras[name] else ""
+        print(f"| {name} ({checkouts[name]}{added}) | {statistics.median(rates[name]):,.0f} | "
               f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
     return 0
 

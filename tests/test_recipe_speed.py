@@ -26,3 +26,16 @@ def test_a_checkout_that_is_not_one_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         recipe_speed.main(["r.yaml", "--checkout", f"x={tmp_path}"])
     assert "a checkout of dsf-lightning" in capsys.readouterr().err
+
+
+def test_a_variant_times_the_first_checkout_with_its_arguments_added(tiny_folder, capsys):
+    overrides = " ".join(_lm_args(tiny_folder)[2:])
+    base = [str(ROOT / "recipes" / "ptb_char" / "delta_rnn.yaml"), "--checkout", f"a={ROOT}", "--rounds", "1",
+            "--steps", "4", "--skip", "1", "--overrides", overrides]
+    assert recipe_speed.main([*base, "--variant", "bf16=--trainer.precision bf16-mixed"]) == 0
+    out = capsys.readouterr().out
+    assert f"| bf16 ({ROOT}, --trainer.precision bf16-mixed) |" in out
+    with pytest.raises(RuntimeError, match="failed"):  # the variant's arguments reach dsf fit
+        recipe_speed.main([*base, "--variant", "bad=--trainer.precision no-such-precision"])
+    with pytest.raises(SystemExit):
+        recipe_speed.main([*base, "--variant", "a=--trainer.precision bf16-mixed"])  # a name taken
