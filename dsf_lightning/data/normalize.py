@@ -40,6 +40,7 @@ sentence hard-wrapped over several lines is scored as several sentences (join su
 from __future__ import annotations
 
 import abc
+import functools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -233,15 +234,24 @@ class PTBNormalizer(Normalizer):
         out: list[tuple[str, bool]] = []
         words: list[str] = []
         for i, token in enumerate(raw):
-            core, ends = _strip(token, raw[i + 1] if i + 1 < len(raw) else None)
-            if core:
-                words.extend(w for w in map(_word_token, _split(core)) if w)
+            # only a token with a period reads the one after it (_is_abbreviation): the others are cached alone
+            following = raw[i + 1] if "." in token and i + 1 < len(raw) else None
+            kept, ends = _token_words(token, following)
+            words.extend(kept)
             if ends:
                 out.append((" ".join(words), True))
                 words = []
         if words or not out:
             out.append((" ".join(words), False))
         return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token_words(token: str, following: str | None) -> tuple[tuple[str, ...], bool]:
+    """The words one raw token becomes and whether a sentence ends after it (``following``: the raw token
+    after it, or None). Cached: a document repeats its words, and this is most of normalizing a line."""
+    core, ends = _strip(token, following)
+    return (tuple(w for w in map(_word_token, _split(core)) if w) if core else ()), ends
 
 
 def _strip(token: str, following: str | None) -> tuple[str, bool]:

@@ -137,3 +137,20 @@ def test_normalizing_ptb_char_changes_nothing():
     char = get_normalizer("ptb-char")
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     assert [line for line in lines if char.normalize_line(line) != [" ".join(line.split())]] == []
+
+
+def test_a_cached_token_does_not_carry_the_token_after_it_into_another_context():
+    """Words are cached token by token; "no." depends on the word after it, so the same raw token must give
+    both readings in one process, in either order, and equal the uncached rules."""
+    from dsf_lightning.data import normalize as module
+
+    lines = ["I said no. Then I left", "No. 5 was it", "I said no. Then I left", "the mass. general hospital",
+             "Go to Mass. Then eat", "No. 5 was it"]
+    expected = [["i said no", "then i left"], ["no. N was it"], ["i said no", "then i left"],
+                ["the mass. general hospital"], ["go to mass", "then eat"], ["no. N was it"]]
+    module._token_words.cache_clear()
+    assert [sentences(line) for line in lines] == expected
+    assert module._token_words.cache_info().hits > 0  # the cache served some of them
+    uncached = module._token_words.__wrapped__
+    for token, following in [("no.", "Then"), ("no.", "5"), ("Mass.", "Then"), ("don't", None), ("$3", None)]:
+        assert module._token_words(token, following) == uncached(token, following)
