@@ -57,11 +57,11 @@ class Settings:
     compile_rounds: int = 5
     # part 8: scoring a long document, exact vs parallel mode (score-document)
     sdoc_lines: int | None = None  # PTB test's first lines only (None: all of it)
-    sdoc_streams: int = 16  # the parallel mode timed side by side with the exact one
+    sdoc_streams: int = 32  # the parallel mode timed side by side with the exact one
     sdoc_warmup: int = 64
     sdoc_rounds: int = 3
-    sdoc_grid: tuple[tuple[int, int], ...] = tuple((S, W) for S in (4, 16, 64) for W in (0, 16, 64, 256))
-    sdoc_long_grid: tuple[tuple[int, int], ...] = ((16, 0), (16, 64), (64, 0), (64, 64))  # wikitext-2 test
+    sdoc_grid: tuple[tuple[int, int], ...] = tuple((S, W) for S in (4, 16, 32, 64) for W in (0, 16, 64, 256))
+    sdoc_long_grid: tuple[tuple[int, int], ...] = ((16, 0), (16, 64), (32, 0), (32, 64), (64, 0), (64, 64))  # wikitext-2 test
 
     @classmethod
     def for_mode(cls, mode: str, **overrides) -> Settings:

@@ -6,7 +6,7 @@
     dsf score --file valid.txt --per-token --json > out.json
     dsf score --model ./my-model --carry-state "first sentence" "second sentence"
     dsf score --normalize none "the market rose"          # text as it is (default: the model's normalizer)
-    dsf score --file wiki.test.txt --streams 16           # the parallel mode: 16 pieces side by side
+    dsf score --file wiki.test.txt --streams 32           # the parallel mode: 32 pieces side by side
 
 Text is normalized like the model's training data before it is scored (the model folder's ``normalize``,
 e.g. ``ptb``: lowercase, punctuation dropped, numbers as N, ``it 's``); ``--normalize NAME`` picks one,

@@ -934,22 +934,22 @@ class Scorer:
         tokens are cut block by block. The default ``streams=1`` is the exact single-stream score.
 
         What each gives, with the bundled ``delta-rnn-ptb`` (perplexity of the parallel mode against the
-        exact score; ``python -m benchmarks --only score-document``; the exact scores are 93.7734 and
-        145.6243)::
+        exact score; ``python -m benchmarks --only score-document``; the exact scores are 93.5024 and
+        144.2069)::
 
             warmup W                     0         16        64        256
             PTB test (82,430 tokens)
-                streams S = 4            +0.013%   +0.005%   -0.001%   -0.001%
-                streams S = 16           +0.093%   +0.027%   +0.011%   -0.003%
-                streams S = 64           +0.444%   +0.158%   +0.028%   -0.008%
+                streams S = 16           +0.052%   -0.005%   -0.004%   -0.003%
+                streams S = 32           +0.205%   +0.084%   +0.036%   -0.003%
+                streams S = 64           +0.370%   +0.094%   -0.002%   -0.012%
             wikitext-2 test (217,095 tokens)
-                streams S = 16           +0.013%             -0.008%
-                streams S = 64           +0.076%             -0.024%
+                streams S = 32           +0.008%             -0.039%
+                streams S = 64           +0.063%             -0.062%
 
-        So with the default warm-up the parallel score is within 0.03% of the exact one. On a CPU
+        So with the default warm-up the parallel score is within 0.07% of the exact one. On a CPU
         both modes spend most of their time in the softmax decoder's ``[N, 512] x [512, 10000]`` product,
         which the parallel mode does not shrink: it gains where the per-step loop at batch one is the
-        cost (see the README's scoring section for the speeds measured here).
+        cost (S = 32 ran 1.3x the exact mode's tokens/s here; the README's scoring section has the speeds).
         """
         window = self._check_window(window)
         streams, warmup = self._check_streams(streams, warmup)
