@@ -362,3 +362,53 @@ def test_lr_decay_after_epoch_is_zarembas_schedule():
     assert rates == [1.0, 1.0, 0.5, 0.25]
     with pytest.raises(ValueError, match="two schedules"):
         LanguageModelModule(vocab_size=11, hidden_sizes=[4], lr_decay_after_epoch=2, lr_halving_patience=0)
+
+
+def test_a_recipes_comments_do_not_restart_its_rows_and_older_text_fingerprints_still_match(tmp_path, monkeypatch):
+    """A row's fingerprint reads the parsed recipe: an edited comment keeps a finished row finished (it reran
+    before: the text was hashed), a changed value reruns it, and a state that holds the text fingerprint of
+    the same recipe (written before) is still that row's."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    recipes, out = tmp_path / "recipes", tmp_path / "out"
+    shutil.copytree(runner.default_recipes_dir(), recipes)
+    table = get_table("srnn-tomita")
+    recipe = recipes / table.row("g2").recipe
+    run = dict(scale="tiny", out=out, rows=["g2"], recipes_dir=recipes, log=lambda _: None)
+    assert run_table("srnn-tomita", **run)["ran"] == ["g2"]
+
+    def no_training(spec, *_):
+        raise AssertionError("a finished row was run again")
+
+    with monkeypatch.context() as m:
+        m.setattr(runner, "run_row", no_training)
+        recipe.write_text("# Reproduced: a header line added after the run\n" + recipe.read_text() + "\n# and a footer\n")
+        assert run_table("srnn-tomita", **run)["skipped_done"] == ["g2"]
+
+        # a state from before: the row's fingerprint and its run's key hashed the recipe's text
+        state_path = out / "srnn-tomita.state.json"
+        state = json.loads(state_path.read_text())
+        entry = state["rows"]["g2"]
+        text, parsed = recipe.read_text(), runner.load_recipe(recipe)
+        new, both = runner._fingerprints(table, table.row("g2"), "tiny", parsed, text, [], None)
+        assert entry["fingerprint"] == new and len(both) == 2
+        (old,) = both - {new}
+        entry["fingerprint"] = old
+        state["runs"] = {runner.run_fingerprint(text, entry["args"][2:], "tiny"): state["runs"][entry["run"]]}
+        state_path.write_text(json.dumps(state))
+        from dsf_lightning.reproduce import tables
+
+        twin = tables.Row("g2-again", "the g2 model, again", 0.0, "error", table.row("g2").recipe)
+        m.setitem(tables.TABLES, table.id, tables.Table(table.id, table.title, table.paper, (*table.rows, twin),
+                                                         table.notes))
+        summary = run_table("srnn-tomita", **{**run, "rows": ["g2", "g2-again"]})
+        assert summary["skipped_done"] == ["g2"] and summary["ran"] == ["g2-again"]  # its run found by the old key
+        after = json.loads(state_path.read_text())
+        assert after["rows"]["g2"]["fingerprint"] == new  # brought up to date
+        assert after["rows"]["g2-again"]["measured"] == entry["measured"]
+        assert list(after["runs"]) == [entry["run"]]
+
+    recipe.write_text(text.replace("seed_everything: ", "seed_everything: 1") if "seed_everything: " in text
+                      else "seed_everything: 12345\n" + text)
+    assert run_table("srnn-tomita", **run)["ran"] == ["g2"]  # a value changed: the row runs again

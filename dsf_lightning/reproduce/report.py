@@ -186,7 +186,8 @@ srun --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 dsf reproduce {table_id} --
 ```
 
 Re-running the same command skips finished rows (state in `{table_id}.state.json`) and retries failed ones
-from their `last.ckpt`; only global rank 0 writes the files. `--trainer.*`, `--model.*` and `--data.*`
+from their `last.ckpt`; a row runs again when its recipe's values, its overrides or these options change (the
+recipe's comments do not count); only global rank 0 writes the files. `--trainer.*`, `--model.*` and `--data.*`
 options after the table id go to every row's `dsf fit`. Scales: `tiny` (a CPU smoke run, numbers
 meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `paper` (the recipes as written).
 """

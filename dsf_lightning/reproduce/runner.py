@@ -412,11 +412,30 @@ def missing_corpus(corpus: Any, options: dict | None, data_root: str | None) -> 
     return None
 
 
-def fingerprint(table: Table, row: Row, scale: str, recipe_text: str, extra: Sequence[str], data_root: str | None) -> str:
-    payload = json.dumps({"table": table.id, "row": row.key, "recipe": recipe_text, "overrides": row.overrides,
-                          "evaluation": row.evaluation, "parent": row.parent, "scale": scale, "extra": list(extra),
-                          "data_root": data_root}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+def _digest(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def fingerprint(table: Table, row: Row, scale: str, recipe: Any, extra: Sequence[str], data_root: str | None) -> str:
+    """What a row's result depends on. ``recipe`` is the parsed recipe, so that its comments and layout do not
+    count (an edited header must not restart a finished or running row); states written before this hashed
+    the recipe's text, which :func:`_fingerprints` still accepts."""
+    return _digest({"table": table.id, "row": row.key, "recipe": recipe, "overrides": row.overrides,
+                    "evaluation": row.evaluation, "parent": row.parent, "scale": scale, "extra": list(extra),
+                    "data_root": data_root})
+
+
+def run_fingerprint(recipe: Any, args: Sequence[str], scale: str) -> str:
+    """The key of one fit + test: rows that train the very same model (one row per test set) share it."""
+    return _digest({"recipe": recipe, "args": list(args), "scale": scale})
+
+
+def _fingerprints(table: Table, row: Row, scale: str, recipe: Any, recipe_text: str, extra: Sequence[str],
+                  data_root: str | None) -> tuple[str, set[str]]:
+    """The row's fingerprint and every one a state may hold for the same row: this one and the one of the
+    recipe's text (states written before comments stopped counting)."""
+    fp = fingerprint(table, row, scale, recipe, extra, data_root)
+    return fp, {fp, fingerprint(table, row, scale, recipe_text, extra, data_root)}
 
 
 # =============================================================================================== one row
@@ -694,9 +713,11 @@ def run_table(
         recipe_path = recipes / source.recipe
         recipe_text = recipe_path.read_text(encoding="utf-8")
         recipe = load_recipe(recipe_path)
-        fp = fingerprint(table, row, scale, recipe_text, extra, root)
+        fp, same_row = _fingerprints(table, row, scale, recipe, recipe_text, extra, root)
         previous = snapshot["rows"].get(row.key, {})
-        if previous.get("status") == STATUS_DONE and previous.get("fingerprint") == fp:
+        if previous.get("fingerprint") in same_row and row.key in state["rows"]:
+            state["rows"][row.key]["fingerprint"] = fp  # an older state's text fingerprint, kept up to date
+        if previous.get("status") == STATUS_DONE and previous.get("fingerprint") in same_row:
             if row.evaluation is None or previous.get("parent_finished") == snapshot["rows"].get(row.parent, {}).get("finished"):
                 summary["skipped_done"].append(row.key)
                 log(f"[{table.id}] {row.key}: done before, skipped")
@@ -717,15 +738,16 @@ def run_table(
         root_key = task_data_root_key(recipe) if task else "data.data_root"
         args = cli_arguments(recipe_path, merged_overrides(recipe, row, scale), root, extra, root_key, raw_strings=task)
         # rows that train the very same model (one row per test set) share one fit and test
-        run_fp = hashlib.sha256(json.dumps({"recipe": recipe_text, "args": args[2:], "scale": scale},
-                                           sort_keys=True, default=str).encode()).hexdigest()[:16]
+        run_fp, text_run_fp = run_fingerprint(recipe, args[2:], scale), run_fingerprint(recipe_text, args[2:], scale)
+        if text_run_fp in state["runs"] and run_fp not in state["runs"]:  # an older state's key for the same run
+            state["runs"][run_fp] = state["runs"].pop(text_run_fp)
         entry["run"] = run_fp
         shared = state["runs"].get(run_fp)
         if run_fp in queued_runs or (shared is not None and shared.get("row") != row.key):
             later.append((row, entry, recipe, run_fp))
             continue
         queued_runs.add(run_fp)
-        resume = previous.get("fingerprint") == fp and previous.get("status") in (STATUS_FAILED, STATUS_RUNNING, STATUS_QUEUED)
+        resume = previous.get("fingerprint") in same_row and previous.get("status") in (STATUS_FAILED, STATUS_RUNNING, STATUS_QUEUED)
         spec = {"args": args, "workdir": str(row_folder(out, table.id, row.key)), "metric": row.metric,
                 "metric_key": metric_key(row), "resume": resume, "threads": threads,
                 "command": fit_command(args, recipes, root)}
