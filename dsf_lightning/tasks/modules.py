@@ -34,7 +34,7 @@ from ..cells import build_cell
 from ..cells.base import State
 from ..hub.mixin import PretrainedModelMixin
 from ..ops.one_hot import one_hot
-from ..training.optim import build_optimizer, fused_allowed
+from ..training.optim import FusedClipping, build_optimizer, fused_allowed
 from .data import IGNORE_INDEX, pad_ids
 
 INPUT_MODES = ("embedding", "one-hot", "values")
@@ -42,7 +42,7 @@ READOUTS = ("hidden", "cell", "hidden+cell")
 OPTIMIZERS = ("adam", "rmsprop", "sgd")
 
 
-class _RecurrentSequenceModule(L.LightningModule):
+class _RecurrentSequenceModule(FusedClipping, L.LightningModule):
     """Input encoding, the cell run under a length mask, metrics bookkeeping and the optimizer."""
 
     def __init__(

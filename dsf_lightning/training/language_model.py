@@ -37,7 +37,7 @@ from .._checks import check_bool
 from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
-from .optim import build_optimizer, fused_allowed, with_schedule
+from .optim import FusedClipping, build_optimizer, fused_allowed, with_schedule
 from .sampled_softmax import SampledLoss, decoder_parameters
 
 LN2 = math.log(2.0)
@@ -80,7 +80,7 @@ def _check_finite_options(**options) -> None:
             raise ModelConfigError(f"{name} must be a finite number{bound}, got {value!r}")
 
 
-class LanguageModelModule(L.LightningModule):
+class LanguageModelModule(FusedClipping, L.LightningModule):
     """Train, validate and test a stacked recurrent LM on stream windows.
 
     Args:

@@ -57,19 +57,56 @@ def test_the_fused_update_is_the_plain_update_in_float64(name, settings):
         torch.testing.assert_close(fused, plain, rtol=1e-13, atol=1e-15)
 
 
+def _trainer(**kwargs):
+    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, **kwargs)
+
+
+def _scaler_plugin():
+    from lightning.pytorch.plugins import MixedPrecision
+
+    return [MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))]
+
+
 @pytest.mark.parametrize(
     ("trainer_kwargs", "fused"),
     [({}, True), ({"gradient_clip_val": 0.5}, True), ({"precision": "bf16-mixed"}, True),
-     ({"precision": "bf16-mixed", "gradient_clip_val": 0.5}, False),
-     ({"precision": "16-mixed", "gradient_clip_val": 0.5}, False)],
+     ({"precision": "bf16-mixed", "gradient_clip_val": 0.5}, True),  # no scaler: fused, clipped by FusedClipping
+     ({"plugins": "scaler", "gradient_clip_val": 0.5}, False), ({"plugins": "scaler"}, True)],
+    ids=["plain", "clip", "bf16", "bf16-clip", "fp16-scaler-clip", "fp16-scaler"],
 )
-def test_the_classifier_takes_a_fused_optimizer_unless_mixed_precision_clips(trainer_kwargs, fused):
+def test_the_classifier_takes_a_fused_optimizer_unless_a_gradient_scaler_must_unscale_before_clipping(trainer_kwargs,
+                                                                                                        fused):
     from dsf_lightning.tasks.modules import SequenceClassifier
 
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, **trainer_kwargs)
+    if trainer_kwargs.get("plugins") == "scaler":
+        trainer_kwargs = {**trainer_kwargs, "plugins": _scaler_plugin()}
+    trainer = _trainer(**trainer_kwargs)
     module = SequenceClassifier(vocab_size=5, cell="gru", hidden_size=4, optimizer="adam")
     assert fused_allowed(trainer) is fused
     module.trainer = trainer
     assert bool(module.configure_optimizers().defaults.get("fused")) is fused
     assert fused_allowed(None) is True  # a module on its own: nothing clips it
+
+
+@pytest.mark.parametrize("algorithm,value", [("norm", 0.5), ("value", 0.01)])
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_a_fused_optimizers_gradients_are_clipped_under_bf16(precision, algorithm, value):
+    """Lightning's mixed-precision plugin refuses to clip a fused optimizer (it raised at the first step);
+    FusedClipping clips it under bf16 as full precision does, by norm or by value."""
+    from dsf_lightning.tasks.modules import SequenceClassifier
+
+    trainer = _trainer(precision=precision, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
+    module = SequenceClassifier(vocab_size=5, cell="gru", hidden_size=4, optimizer="adam")
+    module.trainer = trainer
+    optimizer = module.configure_optimizers()
+    assert optimizer.defaults["fused"] is True
+    g = torch.Generator().manual_seed(0)
+    for p in module.parameters():
+        p.grad = 10 * torch.randn(p.shape, generator=g)
+    module.configure_gradient_clipping(optimizer, value, trainer.gradient_clip_algorithm)
+    grads = [p.grad for p in module.parameters()]
+    if algorithm == "norm":
+        assert torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(gr) for gr in grads])) == pytest.approx(value, rel=1e-4)
+    else:
+        assert max(float(gr.abs().max()) for gr in grads) == pytest.approx(value)
