@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 
 #: the optimizers a module's ``optimizer`` option names
 OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
@@ -47,11 +49,14 @@ def fused_allowed(trainer: Any) -> bool:
     unscales first and then clips. Without a scaler (bf16) the fused one stays (see :class:`FusedClipping`)."""
     if trainer is None:
         return True
-    from lightning.pytorch.plugins.precision import MixedPrecision
-
-    plugin = getattr(trainer, "precision_plugin", None)
     clipping = bool(getattr(trainer, "gradient_clip_val", None))
-    return not (clipping and isinstance(plugin, MixedPrecision) and plugin.scaler is not None)
+    return not (clipping and _mixed_precision(trainer, scaled=True))
+
+
+def _mixed_precision(trainer: Any, *, scaled: bool) -> bool:
+    """Whether ``trainer`` runs Lightning's mixed-precision plugin with (``scaled``) or without a gradient scaler."""
+    plugin = getattr(trainer, "precision_plugin", None)
+    return isinstance(plugin, MixedPrecision) and (plugin.scaler is not None) is scaled
 
 
 class FusedClipping:
@@ -64,14 +69,10 @@ class FusedClipping:
     (by norm or by value). Anything else goes to Lightning's own clipping."""
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        from lightning.pytorch.plugins.precision import MixedPrecision, Precision
-        from lightning.pytorch.utilities import GradClipAlgorithmType
-
-        plugin = self.trainer.precision_plugin
-        if (gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None
-                and getattr(optimizer, "_step_supports_amp_scaling", False)):
+        if (gradient_clip_val and getattr(optimizer, "_step_supports_amp_scaling", False)
+                and _mixed_precision(self.trainer, scaled=False)):
             algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
-            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)  # without the refusal
+            Precision.clip_gradients(self.trainer.precision_plugin, optimizer, gradient_clip_val, algorithm)  # no refusal
             return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 

@@ -1,10 +1,11 @@
 """training.optim: the one optimizer builder (names, settings, refused names) and the schedule config Lightning reads."""
 
-import lightning as L
 import pytest
 import torch
 
 from dsf_lightning.training.optim import build_optimizer, fused_allowed, with_schedule
+
+from .conftest import quiet_trainer
 
 
 def test_names_build_their_optimizer_with_the_settings():
@@ -57,11 +58,6 @@ def test_the_fused_update_is_the_plain_update_in_float64(name, settings):
         torch.testing.assert_close(fused, plain, rtol=1e-13, atol=1e-15)
 
 
-def _trainer(**kwargs):
-    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, **kwargs)
-
-
 def _scaler_plugin():
     from lightning.pytorch.plugins import MixedPrecision
 
@@ -81,7 +77,7 @@ def test_the_classifier_takes_a_fused_optimizer_unless_a_gradient_scaler_must_un
 
     if trainer_kwargs.get("plugins") == "scaler":
         trainer_kwargs = {**trainer_kwargs, "plugins": _scaler_plugin()}
-    trainer = _trainer(**trainer_kwargs)
+    trainer = quiet_trainer(**trainer_kwargs)
     module = SequenceClassifier(vocab_size=5, cell="gru", hidden_size=4, optimizer="adam")
     assert fused_allowed(trainer) is fused
     module.trainer = trainer
@@ -96,7 +92,7 @@ def test_a_fused_optimizers_gradients_are_clipped_under_bf16(precision, algorith
     FusedClipping clips it under bf16 as full precision does, by norm or by value."""
     from dsf_lightning.tasks.modules import SequenceClassifier
 
-    trainer = _trainer(precision=precision, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
+    trainer = quiet_trainer(precision=precision, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
     module = SequenceClassifier(vocab_size=5, cell="gru", hidden_size=4, optimizer="adam")
     module.trainer = trainer
     optimizer = module.configure_optimizers()
