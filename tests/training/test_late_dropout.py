@@ -71,9 +71,10 @@ def test_a_model_without_dropout_is_warned_about(toy_corpus):
         _fit(toy_corpus, [LateDropout()], epochs=1)
 
 
-def test_the_budget_recipe_schedules_its_dropout_and_matches_the_peers_parameter_count():
-    """recipes/ptb/delta_rnn_budget.yaml: LateDropout (a class the recipe guard allows) and, with PTB's 10k
-    words, pytorch/examples' LSTM's 5,656,336 parameters +-1% (the time-to-quality benchmark's rule)."""
+@pytest.mark.parametrize("name", ["delta_rnn_budget.yaml", "lstm_80min.yaml"])
+def test_the_budget_recipes_schedule_their_dropout_and_match_the_peers_parameter_count(name):
+    """recipes/ptb/{delta_rnn_budget,lstm_80min}.yaml: LateDropout (a class the recipe guard allows) and, with
+    PTB's 10k words, pytorch/examples' LSTM's 5,656,336 parameters +-1% (the time-to-quality benchmark's rule)."""
     from pathlib import Path
 
     import yaml
@@ -81,7 +82,7 @@ def test_the_budget_recipe_schedules_its_dropout_and_matches_the_peers_parameter
     from dsf_lightning.training import LanguageModelModule
     from dsf_lightning.training.recipe_guard import ALLOWED_CLASSES
 
-    recipe = yaml.safe_load((Path(__file__).parents[2] / "recipes" / "ptb" / "delta_rnn_budget.yaml").read_text())
+    recipe = yaml.safe_load((Path(__file__).parents[2] / "recipes" / "ptb" / name).read_text())
     late = [c for c in recipe["trainer"]["callbacks"] if c["class_path"].endswith("LateDropout")]
     assert len(late) == 1 and late[0]["class_path"] in ALLOWED_CLASSES
     assert LateDropout(**late[0]["init_args"]).factor_at(0.99) == 0.0
