@@ -5,6 +5,7 @@ No perplexity is asserted beyond being finite: the numbers of a 12-second run me
 import json
 import math
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,9 @@ def test_time_to_quality_tiny_run_reports_both_contenders(tmp_path):
     # equal parameters: the peer's 5.66M LSTM and the bundled recipe
     assert report["info"]["peer"]["parameters"] == 5_656_336
     assert abs(report["info"]["ours"]["parameters"] / report["info"]["peer"]["parameters"] - 1) < 0.01
+    # ours trains as `dsf fit` does: with its allocator tuning (glibc), which it lacked before 2026-11-28
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert report["info"]["ours"]["allocator_tuned"] is (glibc and env.get("DSF_MALLOC_TUNING", "1") != "0")
     markdown = (tmp_path / "time_to_quality.md").read_text()
     assert "| 0.2 |" in markdown and "python -m benchmarks.time_to_quality" in markdown
     assert (tmp_path / "time_to_quality.png").read_bytes()[:4] == b"\x89PNG"

@@ -52,3 +52,8 @@ def keep_freed_memory() -> bool:
         _malloc_tuned = True
         log.debug("glibc malloc: mmap off, trim threshold 1 GiB (%s=0 to disable)", MALLOC_TUNING_ENV)
     return _malloc_tuned
+
+
+def malloc_tuned() -> bool:
+    """Whether :func:`keep_freed_memory` has tuned this process's allocator (it does not tune it)."""
+    return _malloc_tuned

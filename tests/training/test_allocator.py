@@ -13,8 +13,9 @@ from dsf_lightning.training import allocator as lm
 def test_applied_on_glibc(monkeypatch):
     monkeypatch.delenv(lm.MALLOC_TUNING_ENV, raising=False)
     monkeypatch.setattr(lm, "_malloc_tuned", False)
+    assert lm.malloc_tuned() is False
     assert lm.keep_freed_memory() is True
-    assert lm.keep_freed_memory() is True  # idempotent
+    assert lm.keep_freed_memory() is True and lm.malloc_tuned() is True  # idempotent
 
 
 def test_opt_out(monkeypatch):
