@@ -315,3 +315,55 @@ def test_the_curve_plots_title_speaks_of_dashed_lines_only_where_there_are_some(
     assert "dashed: the paper's validation number" in curves_title(scrn, [{"row": "h40-s10"}])
     assert "the paper gives no validation number" in curves_title(dsf, [{"row": "elman"}])
     assert "dashed" not in curves_title(dsf, [{"row": "elman"}])
+
+
+@needs_ptb
+def test_a_finished_rows_wall_time_is_summed_over_its_sittings(tmp_path, monkeypatch):
+    """A row stopped after an epoch and resumed to its end: the table's wall time is the earlier sittings'
+    training wall plus the last process, not the last sitting alone (under which CPU could exceed wall)."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    state_path = out / "dsf-table1-word.state.json"
+    deadline = time.monotonic() + 120
+
+    def wait(seconds):  # stop the first sitting once the state holds an epoch of the row's progress
+        if state_path.is_file() and json.loads(state_path.read_text())["rows"]["elman"].get("progress", {}).get("epochs"):
+            raise KeyboardInterrupt
+        if time.monotonic() > deadline:
+            raise RuntimeError("the state never recorded the row's progress")
+        time.sleep(0.2)
+
+    overrides = ["--trainer.max_epochs=2"]
+    monkeypatch.setattr(parallel, "_wait", wait)
+    with pytest.raises(KeyboardInterrupt):
+        run_table("dsf-table1-word", rows=["elman"], jobs=2, scale="tiny", data_root=DATA_ROOT, out=out,
+                  overrides=overrides, log=lambda _: None)
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    # the first sitting stands for a long one (hours on a real row): its recorded training wall says 10,000 s
+    progress_path = out / "runs" / "dsf-table1-word" / "elman" / "progress.json"
+    progress = read_progress(progress_path)
+    first = progress["sittings"][-1]
+    first["wall_seconds"] = 10_000.0 + first["wall_seconds"]
+    progress_path.write_text(json.dumps(progress))
+    earlier = totals(progress)["wall_seconds"]
+    started = time.perf_counter()
+    summary = run_table("dsf-table1-word", rows=["elman"], scale="tiny", data_root=DATA_ROOT, out=out,
+                        overrides=overrides, log=lambda _: None)
+    elapsed = time.perf_counter() - started
+    assert summary["ran"] == ["elman"]
+    entry = json.loads(state_path.read_text())["rows"]["elman"]
+    assert entry["sittings"] == len(progress["sittings"]) + 1 and entry["resumed_from"]
+    assert earlier < entry["wall_seconds"] < earlier + elapsed
+    assert entry["wall_seconds"] >= entry["train_seconds"]
+    assert float(read_csv(out / "dsf-table1-word.csv")["elman"]["wall_seconds"]) == pytest.approx(entry["wall_seconds"])
+
+
+def test_a_finished_row_written_before_wall_scope_shows_at_least_its_sittings_training_wall():
+    from dsf_lightning.reproduce.report import WALL_OVER_SITTINGS, done_wall_seconds
+
+    legacy = {"status": "done", "wall_seconds": 8668.7, "train_seconds": 18752.9, "sittings": 2}
+    assert done_wall_seconds(legacy) == pytest.approx(18752.9)  # the h300 row's state: last sitting 2:24 of 5:12
+    assert done_wall_seconds({**legacy, "train_seconds": 5000.0}) == pytest.approx(8668.7)
+    assert done_wall_seconds({**legacy, "wall_scope": WALL_OVER_SITTINGS}) == pytest.approx(8668.7)
+    assert done_wall_seconds({"status": "done"}) is None

@@ -49,6 +49,21 @@ def row_folder(out: Path, table_id: str, row_key: str) -> Path:
     return Path(out) / "runs" / table_id / row_key
 
 
+#: a finished row's ``wall_scope`` when its ``wall_seconds`` spans every sitting (the earlier sittings' training
+#: wall plus the whole last process); entries written before hold the last sitting's process wall only
+WALL_OVER_SITTINGS = "sittings"
+
+
+def done_wall_seconds(entry: dict) -> float | None:
+    """A finished row's wall seconds summed over its sittings. An entry written before ``wall_scope`` existed
+    holds the last sitting's process only: its ``train_seconds`` (the training wall of every sitting) is taken
+    where larger, a lower bound of the whole (it leaves out each earlier sitting's start-up and test)."""
+    wall = entry.get("wall_seconds")
+    if entry.get("wall_scope") == WALL_OVER_SITTINGS or wall is None:
+        return wall
+    return max(float(wall), float(entry.get("train_seconds") or 0.0))
+
+
 #: what a state entry keeps of a row's progress.json (:func:`record_progress`, read back by :func:`row_progress`)
 KEPT_PROGRESS = ("sittings", "epochs", "max_epochs")
 
@@ -142,7 +157,7 @@ def table_rows(table: Table, state: dict, scale: str, out: Path | None = None) -
             "difference": (measured - row.published) if measured is not None else None,
             "published_valid": row.published_valid,
             "measured_valid": best_val,
-            "status": status, "wall_seconds": live.get("wall_seconds", entry.get("wall_seconds")),
+            "status": status, "wall_seconds": live.get("wall_seconds", done_wall_seconds(entry) if done else entry.get("wall_seconds")),
             "cpu_seconds": live.get("cpu_seconds", entry.get("cpu_seconds")),
             "epochs": live.get("epochs", len(entry.get("epochs") or []) or None),
             "tokens_per_second": entry.get("tokens_per_second"), "parameters": entry.get("parameters"),

@@ -70,6 +70,7 @@ from .report import (
     STATUS_QUEUED,
     STATUS_RUNNING,
     STATUS_SKIPPED,
+    WALL_OVER_SITTINGS,
     record_progress,
     row_folder,
     write_outputs,
@@ -490,6 +491,8 @@ def run_row(spec: dict, build_cli: Callable) -> dict:
             "parameters": int(parameters),
             "tokens": int(spent["tokens"]),
             "train_seconds": spent["wall_seconds"],
+            # the earlier sittings' training wall: the table's wall time is these plus this whole process
+            "earlier_wall_seconds": spent["wall_seconds"] - progress.sitting["wall_seconds"],
             "cpu_seconds": spent["cpu_seconds"],
             "sittings": len(progress.progress["sittings"]),
             "epochs": progress.progress["epochs"],
@@ -767,7 +770,8 @@ def run_table(
                 raise err
             if not result:
                 return  # a non-zero rank under isolation: rank 0 reports
-            result["wall_seconds"] = time.perf_counter() - started
+            result["wall_seconds"] = result.pop("earlier_wall_seconds", 0.0) + time.perf_counter() - started
+            result["wall_scope"] = WALL_OVER_SITTINGS
             state["runs"][run_fp] = {"row": row.key, **result}
             finish(row, entry, result)
         except Exception as failure:  # noqa: BLE001 - a failed row is recorded and retried next time
