@@ -161,7 +161,11 @@ _KEPT_SYMBOLS = frozenset({"$", "#", "&", "'", "\\*", "\\*\\*"})  # punctuation-
 _NUMBER = re.compile(r"^[+-]?(?:\d[\d,]*(?:[.:]\d+)*|\.\d+)(?:(?:\\?/|-)\d[\d,.]*)?$")
 _CURRENCY = re.compile(r"^([a-z]{0,3}\$|#)(.+)$")  # $3, us$3, #5 (pounds): the sign is a token of its own
 _LEADING = "\"'`([{<"
-_LEADING_KEPT = re.compile(r"'(?:s|re|ve|m|ll|d|\d0s)?(?:[^a-z0-9]*)$")  # 's, 're, '80s, a lone '
+# A leading 's, 're, '80s or lone ' is kept when nothing word-like follows it. One regex ending in [^a-z0-9]*$
+# rescanned the rest of the token at each leading quote (quadratic on a run of quotes before a letter): the
+# clitic is matched alone and the rest read off the token's last a-z0-9, found once (greedy .* backs off: linear).
+_LEADING_CLITIC = re.compile(r"'(?:s|re|ve|m|ll|d|\d0s)")
+_LAST_WORDLIKE = re.compile(r".*[a-z0-9]", re.S)
 
 _TRAILING = "\"'`)]}>,;:!?."
 _WORDLIKE = re.compile(r"[a-z0-9]")
@@ -254,14 +258,28 @@ def _token_words(token: str, following: str | None) -> tuple[tuple[str, ...], bo
     return (tuple(w for w in map(_word_token, _split(core)) if w) if core else ()), ends
 
 
+def _word_start(low: str) -> int:
+    """Where a lowercased token's word begins: after its leading quotes and brackets, but at a leading
+    ``'s 're 've 'm 'll 'd '80s`` or lone ``'`` with nothing word-like after it (kept as a token)."""
+    start, tail = 0, -1  # tail: one past the token's last a-z0-9 (0: none), read at the first leading quote
+    while start < len(low) and low[start] in _LEADING:
+        if low[start] == "'":
+            if tail < 0:
+                m = _LAST_WORDLIKE.match(low)
+                tail = m.end() if m else 0
+            clitic = _LEADING_CLITIC.match(low, start)
+            if tail <= (clitic.end() if clitic else start + 1):
+                break
+        start += 1
+    return start
+
+
 def _strip(token: str, following: str | None) -> tuple[str, bool]:
     """``(token lowercased without the punctuation around it, whether a sentence ends after it)``."""
     if token in _KEPT_SYMBOLS or token == "N" or _SPECIAL.match(token):
         return token, False
     low = token.lower()
-    start = 0
-    while start < len(low) and low[start] in _LEADING and not _LEADING_KEPT.match(low, start):
-        start += 1
+    start = _word_start(low)
     end, ends, dots = len(low), False, 0
     while end > start and low[end - 1] in _TRAILING:
         c = low[end - 1]
