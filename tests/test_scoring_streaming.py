@@ -205,3 +205,35 @@ def test_a_newline_free_document_streams_in_bounded_memory_and_linear_time(tmp_p
     print(f"\n1 MB: {runs[1][0]['cpu_s']:.2f} s CPU, +{runs[1][0]['rss_growth_mib']:.1f} MiB; "
           f"4 MB: {runs[4][0]['cpu_s']:.2f} s CPU, +{runs[4][0]['rss_growth_mib']:.1f} MiB; ratio {ratio():.2f}")
     assert ratio() < 6.0, f"CPU time 1 MB vs 4 MB: {runs}: not linear in the document's length"
+
+
+# ------------------------------------------------------------------------------ long words (issue 38 item 5)
+def test_the_words_after_a_word_longer_than_the_buffer_are_all_scored(word_scorer, tmp_path, monkeypatch):
+    """The long word and the words after it share the read buffer (no newline near): every one of them is
+    scored, the long word as one <unk> (before: the buffer's rest after the word was dropped)."""
+    monkeypatch.setattr(scoring, "READ_LIMIT", 64)
+    path = tmp_path / "doc.txt"
+    tail = " b c d" + " the cat" * 30
+    path.write_text("a " + "x" * 100 + tail + "\nthe dog\n", encoding="utf-8")
+    doc = word_scorer.score_document(path, per_token=True)
+    ref = word_scorer.score(["a zzzzzz" + tail, "the dog"], carry_state=True)
+    assert doc.num_tokens == 1 + 1 + 3 + 60 + 1 + 3 == sum(r.num_tokens for r in ref)
+    assert doc.tokens == [t for s in ref for t in s.tokens] and doc.tokens[1] == "<unk>"
+    assert doc.num_oov == sum(r.num_oov for r in ref) == 4  # the long word, b, c, d
+    close(doc.logprobs, [x for s in ref for x in s.logprobs])
+
+
+def test_dsf_score_file_keeps_a_70k_word_as_one_unknown_token_and_every_word_after_it(tmp_path, capsys):
+    """The real CLI and the bundled PTB model (its normalizer on): a 70,000-byte word followed by 30,000 words
+    on the same line counts exactly as the line with a short unknown word in its place."""
+    from dsf_lightning.cli import main
+
+    words = "the market rose sharply " + "the dog ran " * 10_000
+    path = tmp_path / "doc.txt"
+    path.write_text("the " + "x" * 70_000 + " " + words + "\n", encoding="utf-8")
+    assert main(["score", "--file", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ref = scoring.from_pretrained("delta-rnn-ptb").score("the qqqqqqqq " + words)
+    assert out["num_tokens"] == 1 + 1 + 4 + 30_000 + 1 == ref.num_tokens
+    assert out["num_oov"] == ref.num_oov >= 1
+    assert abs(out["logprob"] - ref.logprob) < 1e-3 * abs(ref.logprob)

@@ -44,7 +44,6 @@ import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +53,7 @@ import torch
 from torch import Tensor
 
 from ..data.normalize import Normalizer, NormalizerError, list_normalizers, normalizer_for_corpus, resolve_normalize
+from ..data.textfile import LongWord, Part, TextFileError, iter_file_parts, normalized_parts
 from ..hub.registry import HUB_KEYWORDS, check_keywords, load_with
 from ..model.pretrained import load_pretrained, save_pretrained
 
@@ -73,10 +73,10 @@ DECODE_ELEMENTS = 1 << 22
 # Documents are read in chunks of this many bytes, and a line longer than this is handed to the
 # tokenizer in parts (text8 is one 100 MB line): cuts fall right after a space (or, for character
 # models, on any UTF-8 boundary), which changes no token; memory stays bounded whatever the file holds.
+# (dsf_lightning.data.textfile, the one streaming reader, reads with these two)
 READ_LIMIT = 1 << 16
 # A tokenizer that cannot cut a line (Tokenizer.cut_at is None) gets whole lines up to this size.
 MAX_LINE_BYTES = 1 << 26
-_PROGRESS_MIN_BYTES = 1 << 20  # files smaller than this get no progress bar
 #: Above this share of out-of-vocabulary tokens a scoring call logs a warning. PTB's own test set has 5.8%
 #: <unk> tokens, all literal in the file (0% OOV by this count); raw English read by the PTB model as it
 #: comes: 31% (newswire prose) to 41% (Shakespeare), normalized: 0.2% and 17% (tests/test_scoring_normalize.py).
@@ -194,146 +194,16 @@ def _split_text(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
-Part = tuple[str, str, bool]  # (text, where, whether it ends its line)
-_SPACE = re.compile(rb"[ \t\n]")
-
-
-def _utf8_cut(raw: bytes | bytearray, end: int) -> int:
-    """A UTF-8 character boundary at or before ``end``: before the last non-ASCII character that
-    ``raw[:end]`` touches (which may be cut), so never inside a multi-byte character."""
-    cut = end
-    while cut > 0 and raw[cut - 1] & 0xC0 == 0x80:  # back off continuation bytes
-        cut -= 1
-    if cut > 0 and raw[cut - 1] >= 0xC0:  # ... and the lead byte they belong to
-        cut -= 1
-    return cut
-
-
-def _part_end(buf: bytes | bytearray, cut: str | None) -> int:
-    """Where to cut the first :data:`READ_LIMIT` bytes of a line still being read: after the last space
-    or tab (``"space"``), at the last character boundary (``"char"``); 0 when there is no such place."""
-    if cut == "space":
-        return max(buf.rfind(b" ", 0, READ_LIMIT), buf.rfind(b"\t", 0, READ_LIMIT)) + 1
-    if cut == "char":
-        end = _utf8_cut(buf, READ_LIMIT)
-        return end - 1 if end > 1 and buf[end - 1] == 0x0D else end  # keep "\r\n" together
-    return 0
-
-
 def _iter_file_lines(path: Path, *, cut: str | None, progress: bool) -> Iterator[Part]:
-    """A UTF-8 file as ``(text, where, last)`` parts, lazily, in memory bounded by :data:`READ_LIMIT`
-    whatever the file holds (issue 13 item 7: a document without newlines is not held whole).
-
-    A line longer than :data:`READ_LIMIT` bytes is handed over in parts cut as the tokenizer allows
-    (``cut``, :attr:`Tokenizer.cut_at`); ``last`` marks a line's final part. A word longer than
-    :data:`READ_LIMIT` bytes (``cut="space"``) is scored as its first :data:`READ_LIMIT` bytes, with a
-    warning: for a word-level model it is an unknown word either way. A tokenizer that cannot cut
-    (``cut=None``) gets whole lines up to :data:`MAX_LINE_BYTES`. NUL bytes are binary data, not text:
-    :class:`ScoringError` (so ``/dev/zero`` is refused at its first byte); bad UTF-8 too, with the byte
-    offset. A last fragment after the final newline that is only whitespace is not a line (as
-    :func:`dsf_lightning.data.corpora.files.read_lines`).
-    """
+    """A UTF-8 file as ``(text, where, last)`` parts in bounded memory: the one streaming reader,
+    :func:`dsf_lightning.data.textfile.iter_file_parts` (with this module's :data:`READ_LIMIT` and
+    :data:`MAX_LINE_BYTES`), its errors as :class:`ScoringError`. A word longer than :data:`READ_LIMIT`
+    bytes is scored as one unknown word (``<unk>``), the words after it as usual."""
     try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise ScoringError(f"no such file: {path}") from None
-    except IsADirectoryError:
-        raise ScoringError(f"{path} is a directory, not a text file") from None
-    except OSError as err:
-        raise ScoringError(f"cannot read {path}: {err.strerror or err}") from None
-    bar = _progress_bar(path) if progress else None
-    buf = bytearray()  # the unread rest of the current line (no newline in it)
-    pos = 0  # byte offset of buf[0] in the file
-    lineno = 1
-    started = False  # parts of the current line were handed over already
-    skipping = False  # dropping the rest of an overlong word
-    first = True
-    with f:
-        while True:
-            chunk = f.read(READ_LIMIT)
-            if bar is not None and chunk:
-                bar.update(len(chunk))
-            if first:
-                first = False
-                if chunk.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
-                    chunk = chunk[3:]
-                    pos = 3
-            nul = chunk.find(b"\0")
-            if nul >= 0:
-                at_line = lineno + chunk.count(b"\n", 0, nul)
-                raise ScoringError(
-                    f"{path}: NUL byte at byte offset {pos + len(buf) + nul} (line {at_line}): "
-                    "this is binary data, not text; give a UTF-8 text file"
-                )
-            if not chunk:  # end of file
-                if started or buf.strip():
-                    yield _decode(buf, path, pos, lineno), f"{path} line {lineno}", True
-                break
-            if skipping:  # buf is empty: drop the overlong word's bytes up to the next space or newline
-                end = _SPACE.search(chunk)
-                skip = end.start() if end else len(chunk)
-                pos += skip
-                chunk = chunk[skip:]
-                skipping = end is None
-            buf += chunk
-            start = 0
-            while (nl := buf.find(b"\n", start)) >= 0:
-                end = nl - 1 if nl > start and buf[nl - 1] == 0x0D else nl
-                yield _decode(buf[start:end], path, pos + start, lineno), f"{path} line {lineno}", True
-                start = nl + 1
-                lineno += 1
-                started = False
-            del buf[:start]
-            pos += start
-            while len(buf) >= READ_LIMIT:
-                end = _part_end(buf, cut)
-                if end > 0:
-                    yield _decode(buf[:end], path, pos, lineno), f"{path} line {lineno}", False
-                elif cut == "space":  # one word fills the buffer: keep its head, drop the rest
-                    end = _utf8_cut(buf, READ_LIMIT)
-                    logger.warning(
-                        "%s line %d: a word longer than %s bytes at byte offset %d is scored as its first %s bytes "
-                        "(an unknown word for a word-level model)", path, lineno, f"{READ_LIMIT:,}", pos, f"{end:,}",
-                    )
-                    yield _decode(buf[:end], path, pos, lineno), f"{path} line {lineno}", False
-                    end, skipping = len(buf), True
-                elif len(buf) > MAX_LINE_BYTES:
-                    raise ScoringError(
-                        f"{path} line {lineno} is longer than {MAX_LINE_BYTES:,} bytes and this model's tokenizer "
-                        "cannot read a line in parts; split the document into lines"
-                    )
-                else:
-                    break
-                started = True
-                del buf[:end]
-                pos += end
-    if bar is not None:
-        bar.close()
-
-
-def _decode(raw: bytes, path: Path, offset: int, lineno: int) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        bad = raw[err.start : err.start + 1]
-        raise ScoringError(
-            f"{path}: not valid UTF-8 at byte offset {offset + err.start} (line {lineno}, byte "
-            f"0x{bad.hex()}: {err.reason}); convert the file to UTF-8 first"
-        ) from None
-
-
-def _progress_bar(path: Path):
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return None
-    if size < _PROGRESS_MIN_BYTES:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=size, unit="B", unit_scale=True, desc=f"scoring {path.name}", file=sys.stderr, leave=False)
+        yield from iter_file_parts(path, cut=cut, progress=progress, limit=READ_LIMIT, max_line=MAX_LINE_BYTES,
+                                   desc="scoring")
+    except TextFileError as err:
+        raise ScoringError(str(err)) from None
 
 
 def _str_parts(line: str, cut: str | None) -> Iterator[tuple[str, bool]]:
@@ -481,6 +351,15 @@ class Scorer:
 
     def _encode_part(self, text: str, where: str, continued: bool, last: bool) -> tuple[list[int], list[int], list[str]]:
         """:meth:`_encode_line` for one part of a line (see :meth:`Tokenizer.tokenize_part`)."""
+        if isinstance(text, LongWord):  # a word too long to hold: one unknown word
+            if self.unk_id is None:
+                raise ScoringError(
+                    f"{where}: a word longer than {READ_LIMIT:,} bytes, and this model's closed vocabulary has no "
+                    "unknown symbol to read it as; split or remove it"
+                )
+            boundary = getattr(self.tokenizer, "boundary", None) if continued else None
+            ids = ([self._stoi[boundary]] if boundary in self._stoi else []) + [self.unk_id]
+            return ids, [len(ids) - 1], [text]
         if last and not continued:
             return self._encode_line(text, where)
         return self._encode_tokens(self.tokenizer.tokenize_part(text, continued=continued, last=last), where)
@@ -608,21 +487,8 @@ class Scorer:
         return self._target_logprobs(feats[0], y).to("cpu", torch.float64), state
 
     def _normalized_parts(self, parts: Iterable[Part]) -> Iterator[Part]:
-        """Parts of raw lines -> parts of normalized sentences (each sentence ends as a line does, with
-        ``last``); a sentence left open at the end of a part continues in the next part of its line."""
-        if self.normalizer is None:
-            yield from parts
-            return
-        sentence_open = False  # parts of a sentence were handed over with last=False
-        for text, where, last in parts:
-            pieces = self.normalizer.sentences(text)
-            for k, (sentence, closed) in enumerate(pieces):
-                end = closed or (last and k == len(pieces) - 1)
-                if sentence and sentence_open:
-                    sentence = self.normalizer.continue_sentence(sentence)
-                if sentence or (end and sentence_open):
-                    yield sentence, where, end
-                    sentence_open = not end
+        """Parts of raw lines -> parts of normalized sentences (:func:`dsf_lightning.data.textfile.normalized_parts`)."""
+        return normalized_parts(parts, self.normalizer)
 
     def _iter_chunks(self, parts: Iterable[Part], size: int) -> Iterator[tuple[int, list[int], int]]:
         """Parts of lines ``(text, where, last)`` as one token sequence in chunks of ``size`` targets (the
