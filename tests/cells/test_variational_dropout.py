@@ -110,14 +110,16 @@ def srelu_step(c, x, state, m):  # IRLM paper sec. 2.2: f(v) = max(0, v - a tanh
     return h_new, (h_new,)
 
 
-def lstm_step(c, x, state, m):  # DSF eqs 16-17; G&G drop h in V h_{t-1}, never c
+def lstm_step(c, x, state, m):  # DSF eqs 16-17; G&G drop h in V h_{t-1}, never c (nor the U c peepholes)
     h, cc = state
     a_i, a_f, a_z, a_r = (lin(c.W, x) + lin(c.V, h * m) + c.b).chunk(4, -1)
+    # diagonal peepholes U * c (vectors), or the DSF paper's matrices U c (eqs 16-17): both read the undropped c
+    peek = (lambda U, v: lin(U, v)) if c.peepholes == "matrix" else (lambda U, v: U * v)
     if c.peepholes:
-        a_i, a_f = a_i + c.U_i * cc, a_f + c.U_f * cc
+        a_i, a_f = a_i + peek(c.U_i, cc), a_f + peek(c.U_f, cc)
     c_new = sig(a_f) * cc + sig(a_i) * tanh(a_z)
     if c.peepholes:
-        a_r = a_r + c.U_r * c_new
+        a_r = a_r + peek(c.U_r, c_new)
     h_new = sig(a_r) * tanh(c_new)
     return h_new, (h_new, c_new)
 
@@ -171,6 +173,7 @@ EQUATIONS = [
     ("srelu-rnn", {"bias": False}, srelu_step),
     ("lstm", {}, lstm_step),
     ("lstm", {"peepholes": True}, lstm_step),
+    ("lstm", {"peepholes": "matrix"}, lstm_step),
     ("gru", {}, gru_step),
     ("gru", {"reset_after": True}, gru_step),
     ("mgu", {}, mgu_step),

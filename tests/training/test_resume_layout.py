@@ -64,6 +64,21 @@ def test_another_corpus_is_a_clear_error(checkpoint):
         resume(checkpoint, corpus=other)
 
 
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_another_valid_or_test_split_is_a_clear_error(checkpoint, split):
+    """The fingerprint covers every split, not only the training stream: validation perplexities logged before
+    and after the resume would otherwise come from different text (issue 38, a mutation that survived)."""
+    corpus = make_toy_corpus()
+    corpus.splits[split] = make_toy_corpus(seed=5).splits[split]  # same size, other tokens; train unchanged
+    expected = rf"the '{split}' split of corpus 'toy' is not the one the checkpoint was trained on: 400 tokens"
+    with pytest.raises(ResumeMismatchError, match=expected):
+        resume(checkpoint, corpus=corpus)
+    saved = data_fingerprint(make_toy_corpus(), 4, 7, 2, 1)
+    del corpus.splits[split]  # a split that is gone is named too
+    with pytest.raises(ResumeMismatchError, match=rf"the corpus has no '{split}' split now"):
+        check_data_fingerprint(saved, data_fingerprint(corpus, 4, 7, 2, 1))
+
+
 @pytest.mark.parametrize(
     "changes,message",
     [
