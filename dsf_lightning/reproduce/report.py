@@ -164,6 +164,7 @@ def table_rows(table: Table, state: dict, scale: str, out: Path | None = None) -
             "recipe": row.recipe or (f"(evaluation of {row.parent})" if row.evaluation else ""),
             "scale": entry.get("scale", scale), "command": entry.get("command", ""),
             "commit": entry.get("commit") or "", "message": message,
+            "converted": converted_units(row, measured),
         })
     return rows_out
 
@@ -181,8 +182,38 @@ def _metric_from_loss(loss: float, metric: str) -> float:
         metric, float)(loss)
 
 
+#: an ``nll`` row's test NLL in units that do not depend on the segmentation (:func:`converted_units`), in the CSV
+#: of a table with such rows: bits per character (Mikolov's count, and without spaces), perplexity per word
+CONVERTED_FIELDS = ("measured_bpc", "measured_bits_per_char_no_space", "published_as_bits_per_char_no_space",
+                    "difference_bits_per_char_no_space", "measured_word_ppl")
+
+
+def converted_units(row: Row, measured: float | None) -> dict | None:
+    """``measured`` (mean nats per symbol) of an ``nll`` row with :attr:`Row.counts` as bits per character
+    (Mikolov's count: spaces and line ends included; and without spaces), and as perplexity per word; the
+    published number read as bits per character without spaces (the reading the DSF Table 2 notes argue for).
+    None for other rows."""
+    counts = row.counts
+    if counts is None or row.metric != "nll":
+        return None
+    out = {"published_as_bits_per_char_no_space": row.published, "measured_bpc": None,
+           "measured_bits_per_char_no_space": None, "difference_bits_per_char_no_space": None, "measured_word_ppl": None}
+    if measured is None:
+        return out
+    nats = measured * counts.symbols  # the split's total NLL (the metric is its mean per symbol)
+    no_space = nats / counts.chars_no_space / math.log(2)
+    out.update(measured_bpc=nats / counts.chars / math.log(2), measured_bits_per_char_no_space=no_space,
+               difference_bits_per_char_no_space=no_space - row.published,
+               measured_word_ppl=math.exp(min(nats / counts.words, 700.0)))
+    return out
+
+
 def render_csv(rows: list[dict]) -> str:
-    return _csv(rows, CSV_FIELDS)
+    converted = any(r.get("converted") for r in rows)
+    if not converted:
+        return _csv(rows, CSV_FIELDS)
+    return _csv([{**r, **dict.fromkeys(CONVERTED_FIELDS), **(r.get("converted") or {})} for r in rows],
+                CSV_FIELDS + CONVERTED_FIELDS)
 
 
 def usage_footer(table_id: str) -> str:
@@ -240,6 +271,7 @@ def render_markdown(table: Table, rows: list[dict], scale: str, state: dict | No
         cells += [_fmt(r["epochs"]), _duration(r["wall_seconds"]), _duration(r["cpu_seconds"]),
                   _fmt(r["tokens_per_second"], 0), _fmt(r["parameters"]), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _converted_section(rows)
     lines += ["", "## Rows", ""]
     for r in rows:
         text = f"- `{r['row']}`: {r['recipe'] or 'no recipe'}"
@@ -255,6 +287,28 @@ def render_markdown(table: Table, rows: list[dict], scale: str, state: dict | No
                   f"Every epoch's validation number: `{table.id}.curves.csv`."]
     lines += ["", usage_footer(table.id)]
     return "\n".join(lines)
+
+
+def _converted_section(rows: list[dict]) -> list[str]:
+    """The ``nll`` rows again in bits per character and perplexity per word (:func:`converted_units`)."""
+    converted = [r for r in rows if r.get("converted")]
+    if not converted:
+        return []
+    lines = ["", "## In units that do not depend on the segmentation", "",
+             "Bits per character in Mikolov's count (ptb.char: spaces and line ends are characters) and without "
+             "spaces (the characters of the text the model predicts; the published column is the paper's NLL read "
+             "in this unit, as the notes argue), perplexity per word (line ends counted as words); how each is "
+             "counted: the notes.", "",
+             "| row | NLL measured | BPC measured | bits/char no spaces published | bits/char no spaces measured "
+             "| difference | word PPL measured | status |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in converted:
+        c = r["converted"]
+        cells = [f"{r['label']} (`{r['row']}`)", _fmt(r["measured"]), _fmt(c["measured_bpc"]),
+                 _fmt(c["published_as_bits_per_char_no_space"]), _fmt(c["measured_bits_per_char_no_space"]),
+                 _fmt(c["difference_bits_per_char_no_space"]), _fmt(c["measured_word_ppl"], 1), r["status"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 CURVE_FIELDS = ("table", "row", "epoch", "val_loss", "val_metric", "tokens", "cpu_seconds", "wall_seconds")

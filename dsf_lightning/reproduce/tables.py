@@ -34,6 +34,23 @@ EVALUATIONS = ("dynamic1", "dynamic2")
 
 
 @dataclass(frozen=True)
+class TextCounts:
+    """A test split counted three ways, so that a row's mean NLL per symbol converts into units that do not
+    depend on how the text was cut (:func:`~dsf_lightning.reproduce.report.converted_units`)."""
+
+    symbols: int  # the symbols the model predicts (subwords and one end of line a line)
+    words: int  # words and one end of line a line (the word-level test set's tokens)
+    chars: int  # Mikolov's ptb.char count: the words' characters, one '_' between words, one end of line a line
+    chars_no_space: int  # the same without the '_': the characters of the text the subword model predicts
+
+
+#: PTB test (Mikolov's split) for the ptb-subword corpus at its default cut-off (min_count 15): 145,939 subwords
+#: (3,761 of them <eos>), 82,430 words (78,669 + 3,761 <eos>), 363,754 letters (<unk> spelled out, as
+#: ptb.char.test.txt has it) + 74,908 '_' + 3,761 line ends; tests/test_dsf_table2_units.py recounts them
+PTB_SW_TEST = TextCounts(symbols=145_939, words=82_430, chars=442_423, chars_no_space=367_515)
+
+
+@dataclass(frozen=True)
 class Row:
     """One row of a paper's table."""
 
@@ -49,6 +66,7 @@ class Row:
     pending: str | None = None  # why the row cannot run yet
     note: str = ""
     published_valid: float | None = None  # the paper's validation number, where its table gives one
+    counts: TextCounts | None = None  # an ``nll`` row's test split counted, for bits per character and word PPL
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -139,7 +157,7 @@ def _dsf_table2() -> Table:
     for corpus, folder, col in (("ptb", "ptb_subword", 1), ("imdb", "imdb_subword", 2)):
         for name, values in published.items():
             rows.append(Row(f"{corpus}-{name.replace('_', '-')}", f"{values[0]} ({corpus.upper()}-SW)", values[col], "nll",
-                            f"{folder}/{name}.yaml"))
+                            f"{folder}/{name}.yaml", counts=PTB_SW_TEST if corpus == "ptb" else None))
     # what was tried where the LSTM row lags: the paper tuned each model's rate over {0.002, 0.001, 0.0005, 0.0002}
     # and its Gaussian init over sigma {0.1, 0.01, 0.005, 0.001} (sec. 4); the recipes take 0.001 and each cell's
     # own init. A probe (a 100-unit LSTM written from its equations, no peepholes, 600 steps of PTB-SW, Adam,
@@ -149,7 +167,7 @@ def _dsf_table2() -> Table:
     rows.append(Row("ptb-lstm-lr2e-3", "LSTM (PTB-SW), rate 0.002 and N(0, 0.1) weights", published["lstm"][1], "nll",
                     "ptb_subword/lstm.yaml", overrides={"model.lr": 0.002, "model.init": {"scheme": "normal", "std": 0.1}},
                     note="the top of the paper's learning-rate grid and its largest init sigma (the recipe: 0.001 and "
-                         "U(-0.1, 0.1))"))
+                         "U(-0.1, 0.1))", counts=PTB_SW_TEST))
     return Table("dsf-table2", "DSF paper Table 2, subword LMs at a fixed parameter budget (test NLL, nats per subword)",
                  DSF, tuple(rows),
                  ("Budget: the paper's LSTM (peephole matrices, eqs 16-17) with 100 units on PTB-SW, 50 on IMDB-SW "
@@ -159,11 +177,44 @@ def _dsf_table2() -> Table:
                   "state (lambda 0.1 of the searched {0.05, 0.1, 0.15}; which one each model got is not given), a Polyak "
                   "average of the weights for evaluation (its form is not given: an exponential average, decay 0.999), "
                   "the Delta-RNN's outer function tanh.",
-                  "The paper does not say whether its NLL is in nats or bits, nor per what; test_loss (nats per subword) is "
-                  "compared. PTB test has 1.77 subwords per word (end of line counted) and 3.03 characters per subword "
-                  "(spaces and line ends counted): 1.83 nats per subword would be 3.24 nats per word, a word perplexity "
-                  "of 25, far below any published PTB model, so the paper's unit is not nats per subword of this "
-                  "segmentation (bits per character would be test_loss / ln 2 / 3.03)."))
+                  *DSF_TABLE2_UNIT_NOTES))
+
+
+#: what Table 2's "NLL" can be (the numbers: PTB_SW_TEST, the unigram model and the published rows; the
+#: readings' word perplexities are worked out in tests/test_dsf_table2_units.py)
+DSF_TABLE2_UNIT_NOTES = (
+    "What the paper's NLL is in (it names neither base nor unit). PTB test is 145,939 subwords of this segmentation, "
+    "82,430 words and 442,423 characters as Mikolov's ptb.char.test.txt counts them (363,754 letters, <unk> spelled "
+    "out; 74,908 '_' between words; 3,761 line ends), 367,515 without the '_'. Read each way, the GRU's 1.8251 is a "
+    "word perplexity of 25.3 (nats per subword), 9.4 (bits per subword), 6.2, 3.5 or 66.8 (nats, bits or log10 per "
+    "word): below the 100.3 of the paper's own unregularized word model (Table 1, several times the parameters), "
+    "impossible at 1.27M parameters, even granting the subword model the word boundaries it does not predict (at most "
+    "one bit per subword, 1.68 bits a word: 81 at most); 17,958 (nats per character) or 3,419 (nats per character "
+    "without spaces): worse than the 639 of a unigram word model counted on train, the first worse than uniform "
+    "over the 10,000 words; 889 (bits per character, Mikolov's count): worse than that unigram model too. Only bits "
+    "per character of the text the model predicts (its dictionary has no space symbol: letters and line ends) falls "
+    "in between: 281.5 (265.8 without the line ends). No segmentation by sec. 4.3's rules makes a per-subword "
+    "reading possible: nats per subword needs at least 2.52 subwords a word to reach even 100.3, and with no subword "
+    "under two characters there are at most 2.25 (here 1.76-1.78 for every cut-off from 10 to 18, with or without "
+    "y as a vowel). The evidence supports bits per character without spaces; read so, the published GRU's 1.8251 is "
+    "1.516 BPC in Mikolov's count and a word perplexity of 281.5.",
+    "Segmentation: split_on_vowels / link_vowels / merge_stragglers follow sec. 4.3's three rules as written "
+    "(vowels a, e, i, o, u: the paper's list is not given; a vowel takes the one consonant on its right). The "
+    "dictionary at min_count 15: 2,357 subwords of two or more characters (<unk> kept whole) + 46 single characters "
+    "(the 26 letters and 20 others: N, digits, $ & # ' * - . / \\) + <eos> = 2,404 symbols; counting the 20 "
+    "non-letters among the subwords (the paper's 26 single characters can only be the letters), 2,377 + 26 + 1 "
+    "against the paper's 2,378 + 26 + 1. No cut-off gives 2,378 exactly (min_count 14: 2,430). The paper's own "
+    "parameter counts fix its models' dictionary at 2,404 symbols, this one's size: the LSTM's 7H^2 + 5HV + 4H + V at "
+    "H = 100, the GRU's 3H^2 + 4HV + 3H + V at H = 127 and the Delta-RNN's H^2 + 2HV + 5H + V at H = 250 all give "
+    "Table 2's counts with V = 2,404 and none with 2,405. A rare subword is "
+    "spelled out in single characters, the word's other subwords kept ('strengths': str en g t h s). No word "
+    "boundary symbol, as the paper's count has none.",
+    "The section `In units that do not depend on the segmentation`: bits per character in Mikolov's count "
+    "= NLL x 145,939 / 442,423 / ln 2; without spaces = NLL x 145,939 / 367,515 / ln 2, compared with the published "
+    "number read as that unit; word perplexity = exp(NLL x 145,939 / 82,430), the perplexity per word of a model "
+    "that does not predict where words end (at most 2^1.68 = 3.2 times below a word model's). The test metric "
+    "averages over the 145,920 subwords the evaluation windows predict (99.99 %).",
+)
 
 
 #: the released script's settings, as overrides of the Table 1 recipes (lr and clipping converted to this
