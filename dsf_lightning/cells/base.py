@@ -105,8 +105,13 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value  # type: ignore[return-value]
 
 
+def _identity(v: Tensor) -> Tensor:
+    return v
+
+
+# module-level functions only (no lambdas): a cell holds its activation, and ddp_spawn pickles the model
 ACTIVATIONS = {
-    "identity": lambda v: v,
+    "identity": _identity,
     "tanh": torch.tanh,
     "relu": torch.relu,
     "sigmoid": torch.sigmoid,

@@ -6,8 +6,10 @@ per-token log-probabilities of ``data.predict_split`` (or ``data.predict_file``)
 ``--predict_output`` (:mod:`dsf_lightning.training.prediction`). :func:`lightning_cli` is also what
 ``dsf reproduce`` trains every row with (handed to the runner as ``build_cli``).
 
-Errors (:mod:`.errors`): a recipe the guards refuse, a ``--ckpt_path`` whose options disagree, a bad model option
-or a missing logger package exit 2 with one line; a run that diverged (non-finite weights) exits 1.
+Errors (:mod:`.errors`): a recipe the guards refuse, a ``--ckpt_path`` whose options disagree (or that is not a
+checkpoint file), a bad model option, a missing logger package, a cluster plugin outside its cluster, a checkpoint
+or saved configuration that cannot be written (a full disk) exit 2 with one line; a run that diverged (non-finite
+weights) exits 1. The configuration a run saves never replaces a file no run wrote (:mod:`.saved_config`).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _check_resume_options(cli, argv: Sequence[str]) -> None:
     ``hyper_parameters``. A model option set to another value than the checkpoint's (on the command line,
     or in a config to a value other than its default) is a
     :class:`~dsf_lightning.training.resume.ResumeMismatchError` instead; options left out are the checkpoint's."""
-    from ..training.resume import check_hyperparameters
+    from ..training.resume import ARCHITECTURE_HPARAMS, check_hyperparameters
 
     sub = cli.config.get("subcommand")
     if sub != "fit" or not cli.config[sub].get("ckpt_path") or task_mode_of(cli):
@@ -84,9 +86,18 @@ def _check_resume_options(cli, argv: Sequence[str]) -> None:
     defaults = {n: p.default for n, p in inspect.signature(cli.model_class).parameters.items()}
     named = {a.split("=", 1)[0][len("--model."):].split(".")[0] for a in map(str, argv) if a.startswith("--model.")}
     given = {k: v for k, v in before.items() if k in named or (k in defaults and v != defaults[k])}
-    if after.get("parameter_budget") is not None:
+    budget = after.get("parameter_budget") is not None or before.get("parameter_budget") is not None
+    if budget:
         given.pop("hidden_sizes", None)  # replaced by the size the budget gives (as recorded)
-    check_hyperparameters({k: after.get(k) for k in given}, given, source=f"checkpoint {cli.config[sub]['ckpt_path']}")
+    # an architecture option left out is the default model's, not the checkpoint's: a resume that would train
+    # another model than the recipe asks for is refused (init_from: the pretrained model decides them)
+    defaulted = set() if before.get("init_from") is not None else {
+        k for k in ARCHITECTURE_HPARAMS if k in before and k not in given and not (budget and k == "hidden_sizes")}
+    given.update({k: before[k] for k in defaulted})
+    empty = ("cell_options",)  # None and {} both mean "no options"
+    saved = {k: (None if k in empty and not after.get(k) else after.get(k)) for k in given}
+    given = {k: (None if k in empty and not v else v) for k, v in given.items()}
+    check_hyperparameters(saved, given, source=f"checkpoint {cli.config[sub]['ckpt_path']}", defaulted=defaulted)
 
 
 def _class_spec(value) -> dict | None:
@@ -194,6 +205,42 @@ def check_logger_packages(trainer) -> None:
             )
 
 
+class ClusterEnvironmentError(ValueError):
+    """``trainer.plugins`` names a cluster's environment (SLURM, torchelastic) but the process does not run there."""
+
+
+#: the variables Lightning's SLURMEnvironment reads (a KeyError outside a SLURM job)
+SLURM_VARIABLES = ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")
+
+
+def check_cluster_environments(plugins) -> None:
+    """Raise :class:`ClusterEnvironmentError` for a ``ClusterEnvironment`` plugin whose cluster this process is
+    not part of (``SLURMEnvironment`` without SLURM's variables, another whose ``detect()`` is false), before
+    Lightning reads a missing variable. ``LightningEnvironment`` (the default, anywhere) always passes."""
+    import os
+
+    from lightning.fabric.plugins.environments import ClusterEnvironment, LightningEnvironment, SLURMEnvironment
+
+    for plugin in plugins:
+        if not isinstance(plugin, ClusterEnvironment) or isinstance(plugin, LightningEnvironment):
+            continue
+        name = type(plugin).__name__
+        if isinstance(plugin, SLURMEnvironment):
+            missing = [v for v in SLURM_VARIABLES if v not in os.environ]
+            if not missing:
+                continue
+            why = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set"
+            todo = "launch it with srun inside a SLURM job"
+        elif type(plugin).detect():
+            continue
+        else:
+            why, todo = "its variables are not set", "launch it the way that cluster starts processes"
+        raise ClusterEnvironmentError(
+            f"trainer.plugins {name}: this process does not run under that cluster ({why}): drop the plugin "
+            f"(Lightning detects a cluster it runs in by itself), or {todo}"
+        )
+
+
 def _early_stopping_after_validation(callbacks) -> None:
     """Make every ``EarlyStopping`` whose ``check_on_train_epoch_end`` was not given check after each
     validation. Lightning's default checks at the training-epoch end, which raises "val_loss not available"
@@ -226,10 +273,11 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     from lightning.pytorch.cli import LightningCLI
 
     from ..training import LanguageModelModule
-    from ..training.checkpoint_io import AtomicCheckpointIO
+    from ..training.checkpoint_io import AtomicCheckpointIO, check_checkpoint_file
     from ..training.datamodule import LanguageModelDataModule
     from ..training.guards import check_trainer_counts
     from ..training.recipe_guard import check_checkpoint, check_parsed_config, guarded
+    from .saved_config import SafeSaveConfigCallback, config_inputs
 
     task_mode = is_task_recipe(argv)
 
@@ -275,6 +323,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             # first (recipe_guard.check_checkpoint); their class paths then meet the allowlist like a recipe's
             config = self.config.get(str(self.config.get("subcommand")), None) if self.config.get("subcommand") else None
             if config is not None and config.get("ckpt_path"):
+                check_checkpoint_file(str(config.get("ckpt_path")))  # missing, a folder, not a checkpoint: one line
                 check_checkpoint(str(config.get("ckpt_path")))
             super()._parse_ckpt_path()
 
@@ -318,6 +367,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             config = self._get(self.config_init, "trainer", default={})
             plugins = kwargs.get("plugins", config.get("plugins"))
             plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+            check_cluster_environments(plugins)  # a cluster's plugin outside that cluster: one line, not a KeyError
             if not any(isinstance(p, CheckpointIO) for p in plugins):
                 kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
             # NaN / inf steps skipped, non-finite weights stop the run before their checkpoint (on by default)
@@ -351,7 +401,8 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             run=run,
             seed_everything_default=0,
             trainer_defaults={"use_distributed_sampler": False},  # the task DataModules split batches per rank
-            save_config_kwargs={"overwrite": True},
+            save_config_callback=SafeSaveConfigCallback,  # never over a file no run wrote (the user's config.yaml)
+            save_config_kwargs={"inputs": config_inputs(argv)},
         )
     return DSFCLI(
         LanguageModelModule,
@@ -360,17 +411,19 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
         run=run,
         seed_everything_default=0,
         trainer_defaults={"use_distributed_sampler": False},
-        save_config_kwargs={"overwrite": True},
+        save_config_callback=SafeSaveConfigCallback,  # never over a file no run wrote (the user's config.yaml)
+        save_config_kwargs={"inputs": config_inputs(argv)},
     )
 
 
 def run(argv: Sequence[str]) -> int:
     """``dsf fit|validate|test|predict ...`` (``argv[0]`` the subcommand) under the one error policy."""
     from ..model import ModelConfigError
-    from ..training.checkpoint_io import NonFiniteCheckpointError
+    from ..training.checkpoint_io import CheckpointLoadError, CheckpointWriteError, NonFiniteCheckpointError
     from ..training.guards import NonFiniteError
     from ..training.recipe_guard import UnsafeRecipeError
     from ..training.resume import ResumeMismatchError
+    from .saved_config import ConfigSaveError
 
     def body() -> int:
         lightning_cli(argv)
@@ -378,4 +431,5 @@ def run(argv: Sequence[str]) -> int:
 
     # only the recipe / checkpoint errors are the user's: a ValueError inside a training step keeps its traceback
     return report_errors(argv[0], body, UnsafeRecipeError, ResumeMismatchError, ModelConfigError, LoggerPackageError,
+                         CheckpointLoadError, CheckpointWriteError, ConfigSaveError, ClusterEnvironmentError,
                          broad=False, failures=(NonFiniteError, NonFiniteCheckpointError))

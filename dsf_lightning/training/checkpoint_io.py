@@ -24,6 +24,7 @@ checkpoint holding arbitrary Python objects (a pickle payload) is refused with
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
@@ -42,8 +43,10 @@ from .._fs import remove_stale_temporaries, write_atomic  # noqa: F401  (remove_
 __all__ = [
     "AtomicCheckpointIO",
     "CheckpointLoadError",
+    "CheckpointWriteError",
     "NonFiniteCheckpointError",
     "atomic_torch_save",
+    "check_checkpoint_file",
     "nonfinite_tensors",
     "remove_stale_temporaries",
 ]
@@ -51,6 +54,68 @@ __all__ = [
 class CheckpointLoadError(ValueError):
     """A checkpoint cannot be loaded safely (it holds objects that weights-only loading refuses,
     or it is not a readable checkpoint). The message names the file and what to do."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, no permission ...). The message names the file and says
+    that the previous file there, if any, is unchanged (the write is atomic)."""
+
+
+#: Lightning's ``ckpt_path`` values that are not paths
+_SPECIAL_CKPT_PATHS = ("last", "best", "hpc")
+
+
+def check_checkpoint_file(value: str) -> None:
+    """Raise :class:`CheckpointLoadError` (one line: what is wrong, what to do) when ``value``, a local
+    ``--ckpt_path``, is not a checkpoint file: missing, a folder, not a regular file, unreadable, or not a
+    Lightning checkpoint (no ``state_dict``). URLs and Lightning's ``last`` / ``best`` / ``hpc`` / ``registry``
+    are left to their own checks; a file that holds pickled objects is left to the recipe guard, which names it."""
+    text = str(value)
+    if "://" in text or (text in _SPECIAL_CKPT_PATHS or text.startswith("registry")) and not os.path.lexists(text):
+        return
+    path = Path(text).expanduser()
+    if not path.exists():
+        near = sorted(path.parent.glob("*.ckpt"))[:5] if path.parent.is_dir() else []
+        hint = f" ({path.parent} holds {', '.join(p.name for p in near)})" if near else ""
+        raise CheckpointLoadError(f"--ckpt_path {text}: no such file{hint}; give the path of a .ckpt file a run wrote")
+    if path.is_dir():
+        near = sorted(p.relative_to(path).as_posix() for p in path.glob("**/*.ckpt"))[:5]
+        hint = f": it holds {', '.join(near)}" if near else ", and there is no .ckpt file in it"
+        raise CheckpointLoadError(f"--ckpt_path {text} is a folder, not a checkpoint file{hint}; give the path of one .ckpt file")
+    if not path.is_file():
+        raise CheckpointLoadError(f"--ckpt_path {text} is not a regular file; give the path of a .ckpt file a run wrote")
+    try:
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except (RuntimeError, ValueError):  # not a zip checkpoint: mmap is unsupported
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RecursionError):
+        return  # pickled objects, nesting too deep: recipe_guard.check_checkpoint refuses it with its own message
+    except Exception as err:  # noqa: BLE001 - whatever the file is, it is not a checkpoint torch can read
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise CheckpointLoadError(f"--ckpt_path {text}: not a readable checkpoint ({type(err).__name__}: {first}); "
+                                  "is it a .ckpt file a run wrote, and complete?") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise CheckpointLoadError(f"--ckpt_path {text}: not a Lightning checkpoint (no state_dict in it); give a .ckpt file a run wrote")
+
+
+def _write_error(path: Any, err: OSError) -> CheckpointWriteError:
+    """The one-line error for a checkpoint write that failed (the atomic write left the old file as it was)."""
+    full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+    if full:
+        what = f"the disk is full ({os.strerror(err.errno)})"
+    elif err.errno == errno.EFBIG:
+        what = f"the file is larger than the file system or this process's file size limit allows ({os.strerror(err.errno)})"
+    else:
+        what = err.strerror or str(err)
+    todo = "free space there or" if full else "fix that or"
+    error = CheckpointWriteError(
+        f"{path}: checkpoint not written: {what}; the file there, if any, is the previous complete checkpoint. "
+        f"{todo.capitalize()} choose another folder (trainer.default_root_dir, ModelCheckpoint dirpath), then resume "
+        "with --ckpt_path"
+    )
+    error.errno = err.errno  # one argument keeps str(error) free of the "[Errno N]" prefix
+    return error
 
 
 class NonFiniteCheckpointError(FloatingPointError):
@@ -85,6 +150,15 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike, *, write: Callable[[Any
     kept). On any error the temporary file is removed and ``path`` is left as it was. ``write(obj, file)``
     replaces ``torch.save`` (for tests that inject faults)."""
     return write_atomic(path, lambda f: (write or torch.save)(obj, f))
+
+
+def _full(path: Path) -> bool:
+    """Whether the file system holding ``path`` has (next to) no space left."""
+    try:
+        stats = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < 1 << 20
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -126,7 +200,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" in str(path) and not str(path).startswith("file://"):
             return super().save_checkpoint(checkpoint, path)
         local = Path(str(path)[len("file://"):] if str(path).startswith("file://") else path)
-        self._write_atomically(checkpoint, local)
+        try:
+            self._write_atomically(checkpoint, local)
+        except CheckpointWriteError:
+            raise
+        except OSError as err:
+            raise _write_error(local, err) from None
+        except RuntimeError as err:  # torch's zip writer reports a failed write(2) as a RuntimeError
+            if "write" not in str(err).lower():
+                raise
+            raise _write_error(local, OSError(errno.ENOSPC if _full(local) else errno.EIO, str(err).splitlines()[0])) from None
 
     def _write_atomically(self, checkpoint: dict[str, Any], path: Path) -> None:
         """The atomic write (a seam for fault-injection tests)."""

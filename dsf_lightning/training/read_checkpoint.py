@@ -91,12 +91,14 @@ def checkpoint_weights(ckpt: dict, path: Path, weights: str = "auto") -> tuple[d
 def cli_configs(path: Path) -> list[Path]:
     """The LightningCLI ``config.yaml`` files that may describe the run that wrote checkpoint ``path``, nearest
     first: beside it, one or two folders up, then in the loggers' ``<run>/*/version_*/`` folders (the newest
-    version first), where ``dsf fit`` with a CSVLogger saves it."""
+    version first), where ``dsf fit`` with a CSVLogger saves it. In a folder, ``config.dsf*.yaml`` (newest first)
+    comes before ``config.yaml``: a run saves its configuration there when ``config.yaml`` is a file no run wrote."""
     found: list[Path] = []
     for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
-        candidate = folder / "config.yaml"
-        if candidate.is_file() and candidate not in found:
-            found.append(candidate)
+        beside = sorted(folder.glob("config.dsf*.yaml"), key=lambda p: -p.stat().st_mtime) if folder.is_dir() else []
+        for candidate in [*beside, folder / "config.yaml"]:
+            if candidate.is_file() and candidate not in found:
+                found.append(candidate)
     versions = [p for p in path.parent.parent.glob("*/version_*/config.yaml") if p.is_file()]
 
     def number(p: Path) -> int:

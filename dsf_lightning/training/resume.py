@@ -129,21 +129,33 @@ def check_data_fingerprint(saved: Mapping[str, Any] | None, now: Mapping[str, An
 # ----------------------------------------------------------------------------------------------- model options
 # Options that never change what a resumed run computes.
 IGNORED_HPARAMS = frozenset({"_instantiator", "_class_path"})
+#: Options that decide which model is built: a recipe that leaves one of these out does not get the checkpoint's
+#: value (as other options do) when it differs from the default, but a :class:`ResumeMismatchError` naming both
+#: (the user asked for the default model and would silently train another one)
+ARCHITECTURE_HPARAMS = ("cell", "hidden_sizes", "cell_options", "embedding_size", "tie_weights", "parameter_budget",
+                        "init_from")
 
 
-def check_hyperparameters(saved: Mapping[str, Any] | None, now: Mapping[str, Any], source: str = "the checkpoint") -> None:
+def check_hyperparameters(saved: Mapping[str, Any] | None, now: Mapping[str, Any], source: str = "the checkpoint",
+                          defaulted: frozenset[str] | set[str] = frozenset()) -> None:
     """Raise :class:`ResumeMismatchError` listing every model option whose value now differs from the one
     the checkpoint was written with (a resume would silently train another model, or load weights of
-    another shape). Options the checkpoint does not know (added to the library later) are not compared."""
+    another shape). Options the checkpoint does not know (added to the library later) are not compared.
+    ``defaulted``: the options of ``now`` that the recipe left at their default (the message says so, and
+    how to resume)."""
     if not saved:
         return
     differ = [
-        f"model.{key}: {now[key]!r} now, {saved[key]!r} in {source}"
+        f"model.{key}: {now[key]!r} now{' (the default: the recipe leaves it out)' if key in defaulted else ''}, "
+        f"{saved[key]!r} in {source}"
         for key in sorted(saved)
         if key in now and key not in IGNORED_HPARAMS and _plain(now[key]) != _plain(saved[key])
     ]
     if differ:
-        raise ResumeMismatchError("cannot resume with other model options (" + "; ".join(differ) + "): " + FRESH_RUN_ADVICE)
+        hint = ""
+        if any(key in defaulted for key in saved if key in now and _plain(now[key]) != _plain(saved[key])):
+            hint = "to resume this run, set the options the recipe leaves out to the checkpoint's values; "
+        raise ResumeMismatchError("cannot resume with other model options (" + "; ".join(differ) + "): " + hint + FRESH_RUN_ADVICE)
 
 
 def _plain(value: Any) -> Any:
