@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: characters of unchanged text on each side that locate the mutation in a file someone else edited meanwhile
+CONTEXT = 120
 JOURNAL_DIR = Path(tempfile.gettempdir()) / f"dsf-mutations-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
 
 
@@ -154,6 +156,12 @@ MUTATIONS: list[Mutation] = [
         "return jac_t.pow(2).sum(dim=(0, 2))  # [B]", "return jac_t.pow(2).mean(dim=(0, 2))  # [B]",
         ("tests/training/test_regularizers.py::test_penalty_equals_explicit_jacobians",),
         what="SCRN eq. 10: the Frobenius norm's sum as a mean",
+    ),
+    Mutation(
+        "sobolev-penalty-under-dropout", "dsf_lightning/regularizers.py",
+        "        module.train(False)\n        yield", "        yield",
+        ("tests/training/test_regularizers.py::test_penalty_runs_without_dropout_and_restores_training_mode",),
+        what="the Sobolev penalty's trajectory run in training mode (dropout masks drawn)",
     ),
     Mutation(
         "irlm-jacobian-abs", "dsf_lightning/cells/irlm.py",
@@ -284,7 +292,7 @@ def run_one(mutation: Mutation, timeout: float) -> tuple[str, str]:
             # a later second than the mutated write: a .pyc another process cached for the mutant is then stale
             if written:
                 time.sleep(max(0.0, int(written) + 1 - time.time()))
-            note = _restore(path, original, mutated, mutation)
+            note = _restore(path, original, mutated, mutation)  # raises, keeping the journal, if it cannot
             journal.unlink(missing_ok=True)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -298,17 +306,26 @@ def run_one(mutation: Mutation, timeout: float) -> tuple[str, str]:
 
 
 def _restore(path: Path, original: bytes, mutated: bytes, mutation: Mutation) -> str | None:
+    """Put ``original`` back; None when done cleanly, else a note. A file someone else edited meanwhile keeps
+    their edit: only the mutated text, found with the unchanged text around it, is turned back."""
     now = path.read_bytes() if path.exists() else None
     if now == mutated or now is None:
         _write(path, original)
         return None
     if now == original:
         return None
-    text = now.decode("utf-8")  # someone edited the file while the tests ran: undo only our replacement
-    if mutation.new and text.count(mutation.new) == 1:
-        _write(path, text.replace(mutation.new, mutation.old, 1).encode("utf-8"))
-        return f"{mutation.file} changed while {mutation.name} ran: only the mutation was undone"
-    return f"WARNING: {mutation.file} changed while {mutation.name} ran and the mutation could not be undone; fix it by hand"
+    text, before = now.decode("utf-8"), original.decode("utf-8")
+    at = before.index(mutation.old)
+    head, tail = before[max(0, at - CONTEXT) : at], before[at + len(mutation.old) : at + len(mutation.old) + CONTEXT]
+    if text.count(head + mutation.old + tail) == 1 and head + mutation.new + tail not in text:
+        return f"{mutation.file} changed while {mutation.name} ran, the mutation already undone: left as it is"
+    if text.count(head + mutation.new + tail) == 1:
+        _write(path, text.replace(head + mutation.new + tail, head + mutation.old + tail, 1).encode("utf-8"))
+        return f"{mutation.file} changed while {mutation.name} ran: their edit kept, only the mutation undone"
+    raise RuntimeError(
+        f"{mutation.file} changed near the mutation while {mutation.name} ran, so it was left as it is: check it "
+        f"by hand (the original is kept in {_journal(path)}; `python -m tests.mutations --restore` does nothing to it)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
             outcome, detail = run_one(m, args.timeout)
             counts[outcome] += 1
             print(f"{outcome:9} {m.name} ({time.time() - start:.0f} s): {detail}", flush=True)
+    except RuntimeError as err:  # a file that could not be restored safely: say which, stop
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except (KeyboardInterrupt, _Stop) as stop:
         print(f"interrupted ({str(stop) or 'Ctrl-C'}): the file was restored", file=sys.stderr)
         return 130

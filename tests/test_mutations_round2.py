@@ -209,3 +209,28 @@ def test_every_mutation_of_the_harness_still_applies_and_names_existing_tests():
             if test:
                 names = {f.name for f in ast.walk(ast.parse(path.read_text())) if isinstance(f, ast.FunctionDef)}
                 assert test in names, f"{m.name}: no test {test} in {file}"
+
+
+def test_the_harness_restores_a_file_and_keeps_an_edit_made_meanwhile(tmp_path):
+    """The three states a mutated file can be found in when its tests end: as mutated (restored byte-identical),
+    edited elsewhere by someone else (their edit kept, the mutation undone), or edited at the mutation (left
+    as it is, with an error that names the kept original)."""
+    from tests.mutations import Mutation, _restore
+
+    filler = b"".join(b"# line %d of text the mutation's context does not reach\n" % i for i in range(6))
+    original = b"def f(p):\n    return m / (1 - p)\n\n\n" + filler + b"# a comment\nx = 1\n"
+    m = Mutation("t", "f.py", "return m / (1 - p)", "return m", ("tests",))
+    mutated = original.replace(b"return m / (1 - p)", b"return m")
+    path = tmp_path / "f.py"
+    path.write_bytes(mutated)
+    assert _restore(path, original, mutated, m) is None and path.read_bytes() == original
+    path.write_bytes(mutated.replace(b"x = 1", b"x = 2"))  # an edit elsewhere, made while the tests ran
+    assert "only the mutation undone" in _restore(path, original, mutated, m)
+    assert path.read_bytes() == original.replace(b"x = 1", b"x = 2")
+    path.write_bytes(original.replace(b"# a comment", b"# edited"))  # they undid it themselves (new is in old)
+    assert "already undone" in _restore(path, original, mutated, m)
+    assert path.read_bytes() == original.replace(b"# a comment", b"# edited")
+    path.write_bytes(mutated.replace(b"return m", b"return m * 2"))  # an edit at the mutation: not guessed at
+    with pytest.raises(RuntimeError, match="left as it is"):
+        _restore(path, original, mutated, m)
+    assert path.read_bytes() == mutated.replace(b"return m", b"return m * 2")
