@@ -18,6 +18,7 @@ The YAML text is dumped when the callback is made, so the callback holds no pars
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Sequence
@@ -102,12 +103,15 @@ class SafeSaveConfigCallback(SaveConfigCallback):
                 folder.mkdir(parents=True, exist_ok=True)
                 target = config_target(folder, self.config_filename, self.inputs)
                 if target.name != self.config_filename:
-                    logger.warning("%s was not written by a run: left as it is; this run's configuration is saved as %s",
+                    logger.warning("%s is not a configuration this run may replace (a file no run wrote, or this run's "
+                                   "--config): left as it is; this run's configuration is saved as %s",
                                    folder / self.config_filename, target)
                 try:
                     write_atomic(target, self.text)
                 except OSError as err:
-                    raise ConfigSaveError(f"{target}: the run's configuration could not be saved ({err.strerror or err})") from None
+                    why = "the disk is full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else err.strerror or str(err)
+                    raise ConfigSaveError(f"{target}: the run's configuration could not be saved ({why}); free space or "
+                                          "choose another trainer.default_root_dir") from None
                 self.saved_to = target
         if trainer.is_global_zero:
             self.save_config(trainer, pl_module, stage)
