@@ -43,6 +43,7 @@ FLOAT16_MAX = 65504.0
 MAX_JSON_BYTES = 256 * 1024 * 1024
 REDO = "re-export it (save_pretrained / `dsf export`) or download it again"
 HEADER_ALLOWANCE = 1 << 20  # bytes allowed for model.safetensors' header on top of its tensors
+MAX_LAYERS = 1024  # layers a folder's config.json may give (the papers' models have 1 to 3)
 
 LANGUAGE_MODEL = "language-model"
 TEXT_CLASSIFICATION = "text-classification"
@@ -433,6 +434,64 @@ def _checked_bytes(folder: Path, name: str, config: dict, limit: int | None = No
     return data
 
 
+def _check_recorded_size(path: Path, config: dict) -> int:
+    """model.safetensors' size on disk, which must be the size config.json records."""
+    size = path.stat().st_size
+    recorded = config["files"][WEIGHTS_FILE]["size"]
+    if size != recorded:
+        hint = " (truncated: an interrupted download or copy?)" if size < recorded else ""
+        raise _fail(path, f"has {size:,} bytes but {CONFIG_FILE} records {recorded:,}{hint}")
+    return size
+
+
+def read_weights_header(folder: Path, config: dict) -> tuple[dict, dict[str, str]]:
+    """``(tensor entries, metadata)`` of model.safetensors from its header alone (its size checked against
+    config.json's record first; the data is not read): what the sizes config.json gives are checked against
+    (:func:`check_config_sizes`, :func:`check_weights_header`) before any model is built."""
+    path = folder / WEIGHTS_FILE
+    if not path.is_file():
+        _read_bytes(path)  # raises: missing, or not a regular file
+    _check_recorded_size(path, config)
+    try:
+        return _safetensors.read_header(path)
+    except _safetensors.SafetensorsFormatError as err:
+        raise _fail(path, f"is not a valid safetensors file: {err}") from None
+    except OSError as err:
+        raise _fail(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
+
+
+def check_config_sizes(path: Path, entries: dict, sizes: dict[str, int], layers: tuple[str, int]) -> None:
+    """Sizes config.json (at ``path``) gives, checked against model.safetensors' header ``entries`` before the
+    model they describe is built, even on the meta device (200k layers take minutes to build): at most
+    :data:`MAX_LAYERS` layers (``layers``: the field and its count) and no more than the stored tensors, and
+    no size (``sizes``: field -> value) beyond the largest dimension of any stored tensor (every size is one)."""
+    field, count = layers
+    if count > MAX_LAYERS:
+        raise _fail(path, f"{field} lists {count:,} layers, more than the {MAX_LAYERS:,} a model folder may hold",
+                    f"the file was tampered with or is corrupted; {REDO}")
+    if count > len(entries):
+        raise _fail(path, f"{field} lists {count:,} layers but {WEIGHTS_FILE} holds only {len(entries):,} tensors: "
+                    "they do not belong together")
+    largest = max((d for entry in entries.values() for d in entry["shape"]), default=0)
+    for name, size in sizes.items():
+        if size > largest:
+            raise _fail(path, f"{name}={size:,} but no tensor of {WEIGHTS_FILE} has a dimension that large (the "
+                        f"largest is {largest:,}): they do not belong together (tampered?)")
+
+
+def check_weights_header(folder: Path, config: dict, header: tuple[dict, dict[str, str]],
+                         expected: dict[str, torch.Tensor], described: str) -> None:
+    """model.safetensors' ``header`` (:func:`read_weights_header`) against the model config.json describes
+    (``expected``: its state dict, built on the meta device): the file's size bound, then every tensor's
+    name, shape and dtype, so that a config.json that does not fit the weights is refused before the model
+    is allocated."""
+    path = folder / WEIGHTS_FILE
+    weights_bound(folder, config, expected, described)
+    entries, metadata = header
+    aliases = _json_metadata(metadata, "aliases", path)
+    match_state(_safetensors.meta_tensors(entries), aliases, expected, described, str(path))
+
+
 def weights_bound(folder: Path, config: dict, expected: dict[str, torch.Tensor], described: str) -> int:
     """The most bytes model.safetensors can hold for the model config.json describes (every tensor of
     its state dict in its own dtype, none shared, plus :data:`HEADER_ALLOWANCE`), checked against the
@@ -441,11 +500,7 @@ def weights_bound(folder: Path, config: dict, expected: dict[str, torch.Tensor],
     path = folder / WEIGHTS_FILE
     bound = HEADER_ALLOWANCE + sum(t.numel() * t.element_size() for t in expected.values())
     if path.is_file():
-        size = path.stat().st_size
-        recorded = config["files"][WEIGHTS_FILE]["size"]
-        if size != recorded:
-            hint = " (truncated: an interrupted download or copy?)" if size < recorded else ""
-            raise _fail(path, f"has {size:,} bytes but {CONFIG_FILE} records {recorded:,}{hint}")
+        size = _check_recorded_size(path, config)
         if size > bound:
             raise _fail(path, f"has {size:,} bytes, but the model {CONFIG_FILE} describes ({described}) "
                         f"stores at most {bound:,}: these are not its weights (forged or corrupted)")
@@ -510,7 +565,7 @@ def match_state(
         if want.is_floating_point():
             if not got.is_floating_point():
                 raise error(f"{source}: tensor {name!r} is stored as {got.dtype}, expected a floating type; {fix}")
-            if not torch.isfinite(got).all():
+            if got.device.type != "meta" and not torch.isfinite(got).all():  # meta: a header's shapes only
                 raise error(f"{source}: tensor {name!r} holds NaN or infinite values: the weights are corrupted; {fix}")
             got = got.to(want.dtype)
         elif got.dtype != want.dtype:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 
 import torch
@@ -46,15 +47,17 @@ def _sniff_pickle(data: bytes) -> str | None:
     return None
 
 
-def parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
-    """Validate the layout of safetensors ``data`` and return ``(tensor entries, metadata)``.
+def parse_header(data: bytes, size: int | None = None) -> tuple[dict, dict[str, str]]:
+    """Validate the layout of safetensors ``data`` and return ``(tensor entries, metadata)``; ``size``: the
+    whole file's size when ``data`` holds only its start (the header: :func:`read_header`; bytes after the
+    last tensor are then left to the loader's size bound and the full parse).
 
     Raises :class:`SafetensorsFormatError` for a truncated file, a forged or oversized header length,
     a header that is not a JSON object, unknown dtypes, negative or non-integer shapes, offsets that
     leave the file, overlap, leave gaps, or disagree with the shape, and trailing bytes.
     """
     try:
-        return _parse_header(data)
+        return _parse_header(data, len(data) if size is None else size, whole=size is None)
     except SafetensorsFormatError:
         pickled = _sniff_pickle(data)
         if pickled is not None:
@@ -62,9 +65,8 @@ def parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
         raise
 
 
-def _parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
-    size = len(data)
-    if size < 8:
+def _parse_header(data: bytes, size: int, whole: bool = True) -> tuple[dict, dict[str, str]]:
+    if size < 8 or len(data) < 8:
         raise SafetensorsFormatError(f"the file has only {size} bytes: it is truncated (a safetensors file starts with an 8-byte header length)")
     (n,) = struct.unpack("<Q", data[:8])
     if n == 0:
@@ -73,7 +75,7 @@ def _parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
         raise SafetensorsFormatError(
             f"the header length field says {n:,} bytes (limit {MAX_HEADER_BYTES:,}): the header is forged or the file is not safetensors"
         )
-    if 8 + n > size:
+    if 8 + n > min(size, len(data)):
         raise SafetensorsFormatError(f"the header length field says {n:,} bytes but the file has only {size - 8:,} after it: the file is truncated")
     try:
         header = loads_bounded(bytes(data[8 : 8 + n]))
@@ -118,9 +120,32 @@ def _parse_header(data: bytes) -> tuple[dict, dict[str, str]]:
             what = "overlaps the previous tensor" if begin < position else f"leaves a gap of {begin - position:,} bytes"
             raise SafetensorsFormatError(f"tensor {name!r} {what}: the header is forged or corrupted")
         position = end
-    if position != data_size:
+    if whole and position != data_size:
         raise SafetensorsFormatError(f"{data_size - position:,} bytes follow the last tensor: the file is corrupted or was appended to")
     return header, dict(metadata)
+
+
+def read_header(path) -> tuple[dict, dict[str, str]]:
+    """``(tensor entries, metadata)`` of the safetensors file at ``path``, reading its header only (at most
+    :data:`MAX_HEADER_BYTES`, never the data): what a loader checks before it allocates anything."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = f.read(8)
+        n = struct.unpack("<Q", start)[0] if len(start) == 8 else 0
+        return parse_header(start + f.read(min(n, MAX_HEADER_BYTES, max(size - 8, 0))), size)
+
+
+TO_TORCH = {
+    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
+    "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
+    "F8_E5M2": torch.float8_e5m2, "F8_E4M3": torch.float8_e4m3fn, "U16": torch.uint16, "U32": torch.uint32,
+    "U64": torch.uint64,
+}
+
+
+def meta_tensors(entries: dict) -> dict[str, torch.Tensor]:
+    """The tensors a header describes, on the meta device: their shapes and dtypes, no memory."""
+    return {name: torch.empty(e["shape"], dtype=TO_TORCH[e["dtype"]], device="meta") for name, e in entries.items()}
 
 
 def parse(data: bytes) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

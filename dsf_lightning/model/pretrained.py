@@ -46,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from .._json import JSONLimitError, loads_bounded
 from ..cells import UnknownCellError, get_cell
 from ..data.tokenizers import (
     Tokenizer,
@@ -69,9 +70,11 @@ from ..hub._folder import (
     _json_metadata,
     _unknown_cell,
     _write_text,
+    check_config_sizes,
     check_file_records,
     check_folder,
     check_vocab_size,
+    check_weights_header,
     config_header,
     fingerprint,
     load_state,
@@ -80,12 +83,13 @@ from ..hub._folder import (
     plain_info,
     read_config_header,
     read_weights,
+    read_weights_header,
     resolve_dtype,
     save_folder,
     state_for_saving,
     tokenizer_record,
 )
-from ..hub.hf_tokenizer import hf_tokenizer_json
+from ..hub.hf_tokenizer import hf_tokenizer_json, hf_tokenizer_mismatch
 from . import LMConfig, ModelConfigError, RecurrentLM
 
 logger = logging.getLogger(__name__)
@@ -249,6 +253,19 @@ def _check_identity(folder: Path, config: dict, tokenizer: Tokenizer, vocab: Voc
                     f"differ from {CONFIG_FILE}'s fingerprint (the file was swapped or edited)")
 
 
+def _check_hf_tokenizer(path: Path, data: bytes, tok_path: Path, tokenizer: Tokenizer, vocab: Vocabulary) -> None:
+    """tokenizer.json (``data``, checksum already checked) gives the ids of our tokenizer (``tok_path``) and the
+    vocabulary: its checksum proves only that config.json was rehashed with it (a permuted vocabulary)."""
+    try:
+        document = loads_bounded(data.decode("utf-8"))
+    except (UnicodeDecodeError, JSONLimitError) as err:
+        raise _fail(path, f"is not valid UTF-8 JSON ({err})") from None
+    problem = hf_tokenizer_mismatch(document, tokenizer, vocab)
+    if problem is not None:
+        raise _fail(path, f"does not give the ids of {tok_path.name} and {VOCAB_FILE}: {problem} (the file was edited "
+                    "or swapped)")
+
+
 def _producible(tokenizer: Tokenizer, vocab: Vocabulary, sample: int = 2000) -> tuple[int, int]:
     """How many of (up to ``sample``, evenly spaced) ordinary vocabulary symbols the tokenizer turns into
     exactly that symbol: a word vocabulary read by a character tokenizer scores almost none."""
@@ -291,6 +308,20 @@ def _describe(config: LMConfig) -> str:
             f"vocab_size={config.vocab_size}, tie_weights={config.tie_weights}")
 
 
+def _check_sizes(folder: Path, config: dict, lm_config: LMConfig) -> None:
+    """The sizes config.json gives against model.safetensors' header (read alone), before the model is built:
+    each size and the layer count bounded by the stored tensors (:func:`~._folder.check_config_sizes`), then
+    the model's shapes on the meta device (nothing allocated) against every stored tensor."""
+    path = folder / CONFIG_FILE
+    header = read_weights_header(folder, config)
+    sizes = {"model.vocab_size": lm_config.vocab_size, "model.embedding_size": lm_config.embedding_size}
+    sizes.update({f"model.hidden_sizes[{i}]": h for i, h in enumerate(lm_config.hidden_sizes)})
+    check_config_sizes(path, header[0], sizes, ("model.hidden_sizes", len(lm_config.hidden_sizes)))
+    with torch.device("meta"):
+        _, shapes = _expected_state(lm_config, path)
+    check_weights_header(folder, config, header, shapes, _describe(lm_config))
+
+
 def load_pretrained(folder, *, dtype=None) -> Pretrained:
     """Read a folder written by :func:`save_pretrained` strictly (see the module docstring).
 
@@ -312,17 +343,22 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     except (KeyError, TypeError, AttributeError, ValueError) as err:  # should not happen: from_json checks its input
         raise _fail(vocab_path, f"is not a valid vocabulary ({type(err).__name__}: {err})") from None
     tok_bytes = _checked_bytes(folder, config["tokenizer_file"], config, MAX_JSON_BYTES)
+    served = {}  # not read by this library, but served to tokenizers users: must be intact and give our ids
     for name in OPTIONAL_CHECKSUMMED if config["format_version"] >= 2 else ():
-        if name in config["files"]:  # not read by this library, but served to tokenizers users: must be intact
-            _checked_bytes(folder, name, config, MAX_JSON_BYTES)
+        if name in config["files"]:
+            served[name] = _checked_bytes(folder, name, config, MAX_JSON_BYTES)
     tokenizer = parse_tokenizer(tok_path, tok_bytes)
     if len(vocab) != lm_config.vocab_size:
         raise _fail(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
     if tokenizer.eos != vocab.eos:
         raise _fail(tok_path, f"ends lines with {tokenizer.eos!r} but the vocabulary's end symbol is {vocab.eos!r}")
     _check_identity(folder, config, tokenizer, vocab)
+    if HF_TOKENIZER_FILE in served:
+        _check_hf_tokenizer(folder / HF_TOKENIZER_FILE, served[HF_TOKENIZER_FILE], tok_path, tokenizer, vocab)
 
-    # the model config.json describes, built before the weights are read: its tensors bound the file's size
+    # the model config.json describes, built once its shapes match the weights' header: nothing config.json
+    # alone says is allocated
+    _check_sizes(folder, config, lm_config)
     model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
     tensors, meta, aliases = read_weights(folder, config, expected, _describe(lm_config))
     tied = _json_metadata(meta, "tied_weights", weights_path)

@@ -60,9 +60,11 @@ from ..hub._folder import (
     _fail,
     _plain_json,
     _unknown_cell,
+    check_config_sizes,
     check_file_records,
     check_folder,
     check_vocab_size,
+    check_weights_header,
     config_header,
     fingerprint,
     load_state,
@@ -71,6 +73,7 @@ from ..hub._folder import (
     plain_info,
     read_config_header,
     read_weights,
+    read_weights_header,
     resolve_dtype,
     save_folder,
     state_for_saving,
@@ -262,6 +265,22 @@ def _build(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | 
     return model, model.state_dict()
 
 
+def _check_sizes(folder: Path, config: dict, arch: dict) -> None:
+    """The sizes config.json gives against model.safetensors' header, before the classifier is built: each no
+    larger than a stored dimension, then the shapes of the classifier built on the meta device (nothing
+    allocated) against every stored tensor (:func:`~._folder.check_weights_header`)."""
+    import torch
+
+    path = folder / CONFIG_FILE
+    header = read_weights_header(folder, config)
+    fields = ("vocab_size", "hidden_size", *(("embedding_size",) if arch["input_mode"] == "embedding" else ()))
+    sizes = {f"model.{name}": arch[name] for name in fields if type(arch[name]) is int}
+    check_config_sizes(path, header[0], sizes, ("model.hidden_size", 1))
+    with torch.device("meta"):
+        _, shapes = _build(arch, path)
+    check_weights_header(folder, config, header, shapes, describe(arch))
+
+
 def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     """Read a folder written by :func:`save_classifier` strictly (see the module docstring).
 
@@ -314,7 +333,8 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     if len(vocab) != arch["vocab_size"]:
         raise _fail(folder / VOCAB_FILE, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={arch['vocab_size']!r:.20}")
 
-    model, expected = _build(arch, path)  # before the weights are read: its tensors bound the file's size
+    _check_sizes(folder, config, arch)  # against the weights' header (read alone) before anything is allocated
+    model, expected = _build(arch, path)
     tensors, _, aliases = read_weights(folder, config, expected, describe(arch))
     load_state(model, match_state(tensors, aliases, expected, describe(arch), str(folder / WEIGHTS_FILE)), dtype)
     return PretrainedClassifier(model=model, vocab=vocab, tokenizer=tokenizer, labels=labels, info=config["info"],
