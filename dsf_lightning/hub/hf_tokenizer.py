@@ -88,3 +88,59 @@ def hf_tokenizer_json(tokenizer: Tokenizer, vocab: Vocabulary) -> str | None:
         "model": {"type": "WordLevel", "vocab": dict(vocab.stoi), "unk_token": vocab.unk if vocab.unk is not None else _absent(vocab)},
     }
     return json.dumps(document, ensure_ascii=False, indent=None)
+
+
+#: the parts of a tokenizer.json that decide its ids (what :func:`hf_tokenizer_json` writes for them)
+ID_FIELDS = ("normalizer", "pre_tokenizer", "post_processor", "added_tokens")
+PROBE_SYMBOLS = 500  # vocabulary symbols, evenly spaced, in the probe text
+
+
+def hf_tokenizer_mismatch(document, tokenizer: Tokenizer, vocab: Vocabulary) -> str | None:
+    """Why the parsed tokenizer.json ``document`` would not give the ids ``tokenizer`` + ``vocab`` give (None:
+    it does): every token must have the vocabulary's id (a permuted vocabulary is caught whatever checksums say),
+    the pipeline must be the exact one :func:`hf_tokenizer_json` writes, and where the ``tokenizers`` library is
+    installed a probe text (vocabulary symbols and an unknown word) must encode to the same ids."""
+    expected = hf_tokenizer_json(tokenizer, vocab)
+    if expected is None:
+        return f"no tokenizers pipeline reproduces a {tokenizer.name!r} tokenizer, so no such file belongs to the model"
+    expected = json.loads(expected)
+    model = document.get("model") if isinstance(document, dict) else None
+    if not (isinstance(model, dict) and model.get("type") == "WordLevel" and isinstance(model.get("vocab"), dict)):
+        return "it holds no WordLevel vocabulary"
+    ids = model["vocab"]
+    for token, i in vocab.stoi.items():
+        if ids.get(token) != i:
+            return f"token {token!r:.60} has id {ids.get(token)!r:.20} there but {i} in the vocabulary"
+    if len(ids) != len(vocab.stoi):
+        return f"it holds {len(ids) - len(vocab.stoi):,} token(s) the vocabulary does not"
+    for key in ID_FIELDS:
+        if document.get(key) != expected[key]:
+            return f"its {key} is not the one that reproduces the model's tokenizer"
+    if model.get("unk_token") != expected["model"]["unk_token"]:
+        return f"its unk_token {model.get('unk_token')!r:.60} is not {expected['model']['unk_token']!r:.60}"
+    return _probe_mismatch(document, tokenizer, vocab)
+
+
+def _probe_mismatch(document: dict, tokenizer: Tokenizer, vocab: Vocabulary) -> str | None:
+    """The ids of a probe text through the ``tokenizers`` library against ours, where it is installed."""
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+    except ImportError:  # not a dependency: the checks above already pin every id
+        return None
+    specials = {vocab.eos, vocab.unk}
+    symbols = [s for s in vocab.symbols if s not in specials and s.strip() == s and s]
+    step = max(1, len(symbols) // PROBE_SYMBOLS)
+    probe = " ".join([*symbols[::step][:PROBE_SYMBOLS], "zqxjvk\u00e9"])
+    try:
+        ours = vocab.encode(tokenizer.tokenize_line(probe))
+    except ValueError:  # a closed vocabulary without the probe's unknown word: probe its symbols only
+        probe = probe.rsplit(" ", 1)[0]
+        ours = vocab.encode(tokenizer.tokenize_line(probe))
+    try:
+        theirs = HFTokenizer.from_str(json.dumps(document)).encode(probe).ids
+    except Exception as err:  # noqa: BLE001 - whatever the library refuses, the file does not give our ids
+        return f"the tokenizers library cannot use it ({type(err).__name__}: {str(err)[:120]})"
+    if theirs != ours:
+        at = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+        return f"a probe text encodes to other ids (from token {at}: {theirs[at:at + 3]} there, {ours[at:at + 3]} here)"
+    return None

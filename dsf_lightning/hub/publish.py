@@ -13,11 +13,41 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ._folder import MODEL_FILES
+from ._folder import CARD_FILE, CONFIG_FILE, MODEL_FILES, PretrainedFormatError, _read_format_config
 
 logger = logging.getLogger(__name__)
 
 UPLOADED = MODEL_FILES
+
+
+def _uploadable(folder: Path) -> list[str]:
+    """The model files ``folder`` holds; a symlink among them that leads outside the folder is refused
+    (:class:`PretrainedFormatError`): the upload would send its target, whatever file that is."""
+    root = folder.resolve()
+    present = []
+    for name in UPLOADED:
+        path = folder / name
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.is_relative_to(root):
+                raise PretrainedFormatError(
+                    f"{path}: is a symbolic link to {target}, outside the folder: refusing to push (the upload would "
+                    "send that file); replace the link with a copy of the file if it belongs to the model"
+                )
+        if path.is_file():
+            present.append(name)
+    return present
+
+
+def _recorded(folder: Path, present: list[str]) -> list[str]:
+    """Of ``present``, what the (loaded, so valid) folder vouches for: config.json, the card, and the files
+    config.json records with their checksums (an unrecorded tokenizer.json dropped in is never uploaded)."""
+    files = _read_format_config(folder / CONFIG_FILE).get("files")
+    recorded = set(files) if isinstance(files, dict) else set()
+    kept = [name for name in present if name in (CONFIG_FILE, CARD_FILE) or name in recorded]
+    for name in sorted(set(present) - set(kept)):
+        logger.warning("%s: not recorded in %s (no checksum): not uploaded", folder / name, CONFIG_FILE)
+    return kept
 
 
 def push_to_hub(
@@ -42,14 +72,15 @@ def push_to_hub(
     from huggingface_hub import HfApi
 
     folder = Path(folder).expanduser()
+    present = _uploadable(folder)  # before anything is read: no file outside the folder is ever opened
     pretrained = load(folder)  # raises PretrainedFormatError: never publish a broken folder
+    present = _recorded(folder, present)
     if "/" not in repo_id:
         raise ValueError(f"repo_id must be 'owner/name', got {repo_id!r}")
     api = HfApi(endpoint=endpoint, token=token, library_name="dsf-lightning")
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     if revision != "main":
         api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
-    present = [name for name in UPLOADED if (folder / name).is_file()]
     commit = api.upload_folder(
         repo_id=repo_id,
         folder_path=str(folder),

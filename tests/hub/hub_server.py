@@ -75,6 +75,7 @@ class FakeHub:
         self.repos: dict[str, dict] = {}
         self.calls: list[tuple[str, str]] = []
         self.authorization: list[str | None] = []  # the Authorization header of every request, in order
+        self.received: list[bytes] = []  # the body of every request, in order (what reached the server)
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
@@ -164,7 +165,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        body = self.rfile.read(length) if length else b""
+        self.hub.received.append(body)
+        return body
 
     def _dispatch(self):
         url = urlsplit(self.path)
