@@ -148,3 +148,23 @@ def test_the_papers_parameter_counts_fix_its_dictionary_at_2404_symbols():
                 250**2 + 2 * 250 * v + 5 * 250 + v)
     assert counts(2404) == (1_274_804, 1_272_404, 1_268_154)
     assert all(a != b for a, b in zip(counts(2405), (1_274_804, 1_272_404, 1_268_154)))
+
+
+def test_the_diagonal_peephole_lstm_row_keeps_the_paper_budget():
+    """``ptb-lstm-diagonal`` (why: the Table 2 notes): the recipe's LSTM with Graves' peephole vectors at 102 units,
+    within 0.5 % of the paper's 1,274,804 parameters, every option of the recipe but these two kept."""
+    import yaml
+
+    from dsf_lightning.model import LMConfig, RecurrentLM, count_parameters
+    from dsf_lightning.reproduce.tables import default_recipes_dir
+
+    row = get_table("dsf-table2").row("ptb-lstm-diagonal")
+    model = yaml.safe_load((default_recipes_dir() / row.recipe).read_text(encoding="utf-8"))["model"]
+    options = {**model["cell_options"], **row.overrides["model.cell_options"]}
+    config = LMConfig(vocab_size=2404, cell=model["cell"], hidden_sizes=row.overrides["model.hidden_sizes"],
+                      cell_options=options, embedding_size=model["embedding_size"], tie_weights=model["tie_weights"])
+    lm = RecurrentLM(config)
+    assert count_parameters(lm) == 1_270_774
+    assert abs(count_parameters(lm) / 1_274_804 - 1) < 0.005
+    assert tuple(lm.layers[0].U_f.shape) == (102,)  # vectors, not the recipe's matrices
+    assert set(row.overrides) == {"model.cell_options", "model.hidden_sizes"}
