@@ -161,6 +161,8 @@ def _not_a_checkpoint(folder: Path) -> dict[str, tuple[Path, str]]:
     (folder / "notes.txt").write_text("hello\n")
     torch.save([1, 2, 3], folder / "list.ckpt")
     (folder / "half.ckpt").write_bytes(b"PK\x03\x04" + b"\0" * 50)
+    (folder / "random.ckpt").write_bytes(bytes(range(223, 256)) * 3)  # not a pickle: not "Python objects" either
+    exported = Path(__file__).parents[1] / "dsf_lightning" / "pretrained" / "lstm-ptb"
     return {
         "missing": (folder / "lstm.ckpt.bak", "no such file"),
         "folder": (folder / "ckpts", "is a folder, not a checkpoint file"),
@@ -168,10 +170,14 @@ def _not_a_checkpoint(folder: Path) -> dict[str, tuple[Path, str]]:
         "not-lightning": (folder / "list.ckpt", "not a Lightning checkpoint"),
         "truncated": (folder / "half.ckpt", "not a readable checkpoint"),
         "device": (Path("/dev/zero"), "is not a regular file"),
+        "random": (folder / "random.ckpt", "not a readable checkpoint (not a torch.save file)"),
+        "exported-folder": (exported, "is started from with --model.init_from FOLDER"),
+        "exported-weights": (exported / "model.safetensors", "is started from with --model.init_from FOLDER"),
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "folder", "text", "not-lightning", "truncated", "device"])
+@pytest.mark.parametrize("case", ["missing", "folder", "text", "not-lightning", "truncated", "device", "random",
+                                  "exported-folder", "exported-weights"])
 def test_a_mistyped_ckpt_path_is_one_line(run_folder, capsys, case):
     path, message = _not_a_checkpoint(run_folder)[case]
     code, err = _fit(capsys, "--config", "config.yaml", "--ckpt_path", path)

@@ -78,9 +78,12 @@ def check_checkpoint_file(value: str) -> None:
         near = sorted(path.parent.glob("*.ckpt"))[:5] if path.parent.is_dir() else []
         hint = f" ({path.parent} holds {', '.join(p.name for p in near)})" if near else ""
         raise CheckpointLoadError(f"--ckpt_path {text}: no such file{hint}; give the path of a .ckpt file a run wrote")
+    exported = "; an exported model (model.safetensors and its folder) is started from with --model.init_from FOLDER"
     if path.is_dir():
         near = sorted(p.relative_to(path).as_posix() for p in path.glob("**/*.ckpt"))[:5]
         hint = f": it holds {', '.join(near)}" if near else ", and there is no .ckpt file in it"
+        if not near and (path / "model.safetensors").is_file():
+            hint += exported
         raise CheckpointLoadError(f"--ckpt_path {text} is a folder, not a checkpoint file{hint}; give the path of one .ckpt file")
     if not path.is_file():
         raise CheckpointLoadError(f"--ckpt_path {text} is not a regular file; give the path of a .ckpt file a run wrote")
@@ -89,14 +92,21 @@ def check_checkpoint_file(value: str) -> None:
             ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except (RuntimeError, ValueError):  # not a zip checkpoint: mmap is unsupported
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RecursionError):
-        return  # pickled objects, nesting too deep: recipe_guard.check_checkpoint refuses it with its own message
+    except RecursionError:
+        return  # nesting too deep: recipe_guard.check_checkpoint refuses it with its own message
+    except pickle.UnpicklingError as err:
+        if re.search(r"Unsupported global|GLOBAL", str(err)):
+            return  # pickled objects: recipe_guard.check_checkpoint refuses it with its own message
+        raise CheckpointLoadError(f"--ckpt_path {text}: not a readable checkpoint (not a torch.save file); is it a "
+                                  ".ckpt file a run wrote, and complete?") from None
     except Exception as err:  # noqa: BLE001 - whatever the file is, it is not a checkpoint torch can read
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         raise CheckpointLoadError(f"--ckpt_path {text}: not a readable checkpoint ({type(err).__name__}: {first}); "
                                   "is it a .ckpt file a run wrote, and complete?") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise CheckpointLoadError(f"--ckpt_path {text}: not a Lightning checkpoint (no state_dict in it); give a .ckpt file a run wrote")
+        hint = exported if path.suffix == ".safetensors" else ""
+        raise CheckpointLoadError(f"--ckpt_path {text}: not a Lightning checkpoint (no state_dict in it); give a .ckpt file a "
+                                  f"run wrote{hint}")
 
 
 def _write_error(path: Any, err: OSError) -> CheckpointWriteError:
