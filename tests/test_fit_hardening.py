@@ -276,3 +276,16 @@ def test_export_reads_the_configuration_the_run_saved_beside_the_users(tmp_path)
     (tmp_path / "config.dsf.yaml").write_text(f"{MARKER}\ndata: {{corpus: text-folder}}\n")
     found = cli_configs(tmp_path / "checkpoints" / "last.ckpt")
     assert found[:2] == [tmp_path / "config.dsf.yaml", tmp_path / "config.yaml"]
+
+
+def test_every_cell_pickles():
+    """``ddp_spawn`` pickles the module into each process: every registered cell, with its default options."""
+    import pickle
+
+    from dsf_lightning.cells.registry import list_cells
+    from dsf_lightning.training import LanguageModelModule
+
+    for name in list_cells():
+        module = LanguageModelModule(vocab_size=10, cell=name, hidden_sizes=[8], embedding_size=8)
+        copy = pickle.loads(pickle.dumps(module))
+        assert copy.state_dict().keys() == module.state_dict().keys(), name
