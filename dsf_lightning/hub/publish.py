@@ -28,7 +28,11 @@ def _uploadable(folder: Path) -> list[str]:
     for name in UPLOADED:
         path = folder / name
         if path.is_symlink():
-            target = path.resolve()
+            try:
+                target = path.resolve()
+            except (OSError, RuntimeError) as err:  # a loop (RuntimeError before Python 3.13)
+                raise PretrainedFormatError(f"{path}: is a symbolic link that cannot be followed ({err}): refusing "
+                                            "to push; replace it with the file") from None
             if not target.is_relative_to(root):
                 raise PretrainedFormatError(
                     f"{path}: is a symbolic link to {target}, outside the folder: refusing to push (the upload would "

@@ -211,3 +211,13 @@ def test_dsf_push_exits_2_with_one_line_for_a_symlink_leaving_the_folder(tmp_pat
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "symbolic link" in lines[0] and "Traceback" not in done.stderr, done.stderr
     assert not _sent(hub, secret.read_bytes())
+
+
+def test_a_symlink_loop_among_the_model_files_is_a_one_line_refusal(folder):
+    from dsf_lightning.hub.publish import push_to_hub
+
+    (folder / "README.md").unlink()
+    (folder / "README.md").symlink_to("README.md")
+    with pytest.raises(PretrainedFormatError, match=r"README.md: is a symbolic link that cannot be followed") as info:
+        push_to_hub(folder, "owner/loop", load=load_pretrained, endpoint="http://127.0.0.1:9")  # nothing listens
+    assert "\n" not in str(info.value)
