@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from ._keep import cut
+from ._machine import check_device
 from .hub.registry import HUB_KEYWORDS, check_keywords, resolve
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class TextClassifier:
         self.labels = list(pretrained.labels)
         self.vocab, self.tokenizer = pretrained.vocab, pretrained.tokenizer
         self.normalizer = get_normalizer(pretrained.normalize)
-        self.device = torch.device(device)
+        self.device = check_device(device, ClassificationError)
         self.model = pretrained.model.to(self.device).eval()
         self.model.requires_grad_(False)
         self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens

@@ -32,6 +32,10 @@ EXIT_ERROR = EXIT_USAGE
 EXPECTED = (OSError, ValueError, LookupError, ImportError)
 #: modules whose every error is about the user's models, files or network, never a bug of the command
 _EXPECTED_MODULES = ("dsf_lightning.hub", "dsf_lightning.data.corpora", "huggingface_hub", "safetensors")
+#: errors (``module.Class`` prefixes) that are the user's for every command, the training ones too: reading a text
+#: file the user named (``dsf predict --data.predict_file``: binary data, invalid UTF-8, a missing file), and a
+#: prediction output that exists and was not named on the command line
+_USER_FILE_ERRORS = ("dsf_lightning.data.textfile.", "dsf_lightning.training.prediction.PredictionOutputError")
 
 
 class UsageError(ValueError):
@@ -87,7 +91,8 @@ def report_errors(command: str, body: Callable[[], int], *expected: type[BaseExc
         if failures and isinstance(err, failures):
             print_error(command, err)
             return EXIT_FAILURE
-        if not (isinstance(err, (UsageError, *expected)) or (broad and is_expected(err))):
+        user_file = f"{type(err).__module__}.{type(err).__qualname__}".startswith(_USER_FILE_ERRORS)
+        if not (isinstance(err, (UsageError, *expected)) or user_file or (broad and is_expected(err))):
             raise
         print_error(command, err)
         return EXIT_USAGE

@@ -11,7 +11,8 @@ prompt, then the continuation, then a newline. Several samples are one batch and
 is written when done as ``[i] prompt + continuation``, samples separated by a blank line. ``--json``
 writes one JSON object per sample (``sample``, ``prompt``, ``text``, ``tokens``, ``ids``, ``logprobs``).
 See :mod:`dsf_lightning.scoring.generation` for what the options do. Errors (bad options, a model that cannot be
-loaded) are one line on stderr, with exit code 2.
+loaded, a device this machine does not have) are one line on stderr, with exit code 2, before anything is
+allocated: sizes are capped (``--max-new-tokens`` 100,000, ``--num-samples`` 1,024, 1,000,000 tokens in all).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .. import scoring
+from .._machine import check_device
 from ..scoring import ScoringError
+from ..scoring.generation import MAX_GENERATED_TOKENS, MAX_NEW_TOKENS, MAX_SAMPLES, check_options
 from .errors import report_errors, standalone_main
 from .score import add_model_arguments
 
@@ -39,12 +42,17 @@ def add_generate_parser(subparsers, help: str | None = None) -> argparse.Argumen
     )
     p.add_argument("prompt", nargs="?", default="", metavar="PROMPT", help="the text to continue (default: empty)")
     add_model_arguments(p)
-    p.add_argument("--max-new-tokens", "-n", type=int, default=30, help="tokens to generate (default 30)")
-    p.add_argument("--temperature", "-t", type=float, default=1.0, help="softmax temperature; 0: greedy (default 1)")
+    p.add_argument("--max-new-tokens", "-n", type=int, default=30,
+                   help=f"tokens to generate (default 30, at most {MAX_NEW_TOKENS:,}; with --num-samples, at most "
+                   f"{MAX_GENERATED_TOKENS:,} in all)")
+    p.add_argument("--temperature", "-t", type=float, default=1.0,
+                   help="softmax temperature, a finite number >= 0; 0: greedy, and a tiny one (1e-40) samples as "
+                   "greedy does (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most probable tokens only")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set with probability >= p")
     p.add_argument("--seed", type=int, default=None, help="random seed (the same seed gives the same text)")
-    p.add_argument("--num-samples", type=int, default=1, help="samples drawn as one batch (default 1)")
+    p.add_argument("--num-samples", type=int, default=1,
+                   help=f"samples drawn as one batch (default 1, at most {MAX_SAMPLES:,})")
     p.add_argument("--ban-unk", action="store_true", help="never generate the unknown symbol (<unk>)")
     p.add_argument("--json", action="store_true", help="one JSON line per sample instead of text")
     p.add_argument("--normalize", default=None, metavar="NAME",
@@ -61,9 +69,8 @@ def generate_command(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace, out: TextIO) -> int:
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, num_samples=args.num_samples, ban_unk=args.ban_unk)
-    from ..scoring.generation import check_options
-
     check_options(**options)  # before the model is loaded
+    check_device(args.device, ScoringError)
     extra = {} if args.normalize is None else {"normalize": args.normalize}  # the scorer's prompt encoding
     scorer = scoring.from_pretrained(args.model, revision=args.revision, device=args.device, **extra)
     stream = args.num_samples == 1 and not args.json

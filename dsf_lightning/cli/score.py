@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .. import scoring
+from .._machine import check_device
 from ..data.normalize import list_normalizers
 from ..scoring import LN2, DocumentScore, ScoringError, SentenceScore
 from .errors import report_errors, standalone_main
@@ -39,7 +40,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
                    help=f"hub model name, hub repo id or local folder (default: {DEFAULT_MODEL})")
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--device", default="cpu",
+                   help="torch device: cpu, cuda, cuda:N, mps (default cpu); one this machine lacks is an error")
 
 
 def add_score_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
@@ -83,6 +85,7 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
         raise ScoringError("give either TEXT arguments or --file, not both")
     if not args.file and not args.texts:
         raise ScoringError('nothing to score: give a TEXT (dsf score "some text") or --file PATH')
+    check_device(args.device, ScoringError)  # before the model is loaded
     scorer = scoring.from_pretrained(
         args.model, revision=args.revision, device=args.device, batch_size=args.batch_size, window=args.window,
         normalize=args.normalize,

@@ -25,9 +25,9 @@ import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-__all__ = ["LongWord", "MAX_LINE_BYTES", "READ_LIMIT", "TextFileError", "iter_file_parts", "normalized_parts"]
+__all__ = ["LineTooLongError", "LongWord", "MAX_LINE_BYTES", "READ_LIMIT", "TextFileError", "iter_file_parts", "normalized_parts"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,14 @@ Part = tuple[str, str, bool]  # (text, where, whether it ends its line)
 
 class TextFileError(ValueError):
     """A file that cannot be read as text (missing, a directory, binary data, invalid UTF-8, a line too long)."""
+
+
+class LineTooLongError(TextFileError):
+    """A line longer than the most a reader that cannot cut lines holds (``path``, ``lineno``, ``limit``)."""
+
+    def __init__(self, message: str, path: Path, lineno: int, limit: int) -> None:
+        super().__init__(message)
+        self.path, self.lineno, self.limit = path, lineno, limit
 
 
 class LongWord(str):
@@ -109,7 +117,7 @@ def _open(path: Path, decompress: bool):
         raise TextFileError(f"cannot read {path}: {err.strerror or err}") from None
 
 
-def iter_file_parts(path: str | os.PathLike, *, cut: str | None, progress: bool = False, limit: int = READ_LIMIT,
+def iter_file_parts(path: str | os.PathLike | BinaryIO, *, cut: str | None, progress: bool = False, limit: int = READ_LIMIT,
                     max_line: int = MAX_LINE_BYTES, decompress: bool = False, desc: str = "reading") -> Iterator[Part]:
     """A UTF-8 file as ``(text, where, last)`` parts, lazily, in memory bounded by ``limit`` whatever the file
     holds (issue 13 item 7: a document without newlines is not held whole).
@@ -121,12 +129,17 @@ def iter_file_parts(path: str | os.PathLike, *, cut: str | None, progress: bool 
     NUL bytes are binary data, not text: :class:`TextFileError` (so ``/dev/zero`` is refused at its first byte);
     invalid UTF-8 too, with the byte offset. A last fragment after the final newline that is only whitespace
     is not a line (as :func:`dsf_lightning.data.corpora.files.read_lines`). ``decompress``: ``.xz`` / ``.gz`` /
-    ``.bz2`` files are read decompressed (offsets are then in the decompressed bytes). ``progress``: a tqdm
+    ``.bz2`` files are read decompressed (offsets are then in the decompressed bytes). ``path`` may be an open
+binary file (standard input: ``sys.stdin.buffer``); it is closed at the end. ``progress``: a tqdm
     bar on stderr for files over 1 MB, labelled ``desc``.
     """
-    path = Path(path)
-    f = _open(path, decompress)
-    bar = _progress_bar(path, desc) if progress else None
+    if hasattr(path, "read"):  # an open binary file
+        f, name = path, getattr(path, "name", None)
+        path, bar = Path(name if isinstance(name, str) else "<stdin>"), None
+    else:
+        path = Path(path)
+        f = _open(path, decompress)
+        bar = _progress_bar(path, desc) if progress else None
     buf = bytearray()  # the unread rest of the current line (no newline in it)
     pos = 0  # byte offset of buf[0] in the file
     lineno = 1
@@ -187,9 +200,9 @@ def iter_file_parts(path: str | os.PathLike, *, cut: str | None, progress: bool 
                     yield LongWord(_decode(buf[:head], path, pos, lineno)), f"{path} line {lineno}", False
                     end, skipping = (after.start(), False) if after else (len(buf), True)
                 elif len(buf) > max_line:
-                    raise TextFileError(
+                    raise LineTooLongError(
                         f"{path} line {lineno} is longer than {max_line:,} bytes and this model's tokenizer "
-                        "cannot read a line in parts; split the document into lines"
+                        "cannot read a line in parts; split the document into lines", path, lineno, max_line,
                     )
                 else:
                     break

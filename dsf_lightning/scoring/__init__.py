@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._machine import check_device
 from ..data.normalize import Normalizer, NormalizerError, list_normalizers, normalizer_for_corpus, resolve_normalize
 from ..data.textfile import LongWord, Part, TextFileError, iter_file_parts, normalized_parts
 from ..hub.registry import HUB_KEYWORDS, check_keywords, load_with
@@ -265,7 +266,7 @@ class Scorer:
         self.pretrained = pretrained
         self.vocab = pretrained.vocab
         self.tokenizer = pretrained.tokenizer
-        self.device = torch.device(device)
+        self.device = check_device(device, ScoringError)
         self.batch_size = batch_size
         self.window = window
         self.model = pretrained.model.to(self.device).eval()

@@ -127,9 +127,22 @@ def _check_int(name: str, value: Any, low: int, what: str) -> int:
     return value
 
 
+#: the most tokens one call generates per sample (its ids and logprobs are allocated up front)
+MAX_NEW_TOKENS = 100_000
+#: the most samples drawn as one batch (each step decodes num_samples rows of the vocabulary)
+MAX_SAMPLES = 1_024
+#: the most tokens one call generates over all its samples (num_samples * max_new_tokens)
+MAX_GENERATED_TOKENS = 1_000_000
+
+
 def check_options(max_new_tokens, temperature, top_k, top_p, seed, num_samples, ban_unk) -> None:
-    """Raise :class:`GenerationError` naming the first bad option and what it accepts."""
+    """Raise :class:`GenerationError` naming the first bad option and what it accepts (sizes up to
+    :data:`MAX_NEW_TOKENS`, :data:`MAX_SAMPLES` and :data:`MAX_GENERATED_TOKENS` in all), before anything is
+    allocated."""
     _check_int("max_new_tokens", max_new_tokens, 0, "the number of tokens to generate")
+    if max_new_tokens > MAX_NEW_TOKENS:
+        raise GenerationError(f"max_new_tokens is {max_new_tokens:,}, more than the {MAX_NEW_TOKENS:,} one call "
+                              "generates; continue from a returned state (return_state=True) for longer texts")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
         math.isfinite(temperature) and temperature >= 0
     ):
@@ -143,6 +156,12 @@ def check_options(max_new_tokens, temperature, top_k, top_p, seed, num_samples, 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise GenerationError(f"seed must be an integer or None, got {seed!r:.80}")
     _check_int("num_samples", num_samples, 1, "samples drawn as one batch")
+    if num_samples > MAX_SAMPLES:
+        raise GenerationError(f"num_samples is {num_samples:,}, more than the {MAX_SAMPLES:,} drawn as one batch; "
+                              "draw them in several calls")
+    if num_samples * max_new_tokens > MAX_GENERATED_TOKENS:
+        raise GenerationError(f"num_samples * max_new_tokens is {num_samples * max_new_tokens:,}, more than the "
+                              f"{MAX_GENERATED_TOKENS:,} tokens one call generates; ask for fewer, or in several calls")
     if not isinstance(ban_unk, bool):
         raise GenerationError(f"ban_unk must be true or false, got {ban_unk!r:.80}")
 
@@ -151,8 +170,12 @@ def check_options(max_new_tokens, temperature, top_k, top_p, seed, num_samples, 
 def next_token_filter(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
     """``logits`` [B, V] (fp32) -> the logits to sample from: divided by ``temperature`` (> 0), the
     tokens outside the top k and then outside the top-p nucleus set to -inf (the most probable token is
-    always kept)."""
-    logits = logits / temperature
+    always kept).
+
+    The division is done on the logits less their maximum, in float64: a temperature as small as 1e-300 gives
+    0 for the most probable token(s) and -inf (or a large negative number) for the rest, i.e. greedy
+    decoding, instead of an overflow to inf and a NaN distribution."""
+    logits = ((logits.double() - logits.amax(dim=-1, keepdim=True).double()) / temperature).to(logits.dtype)
     V = logits.shape[-1]
     if top_k is not None and top_k < V:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [B, 1]

@@ -223,19 +223,50 @@ class LanguageModelDataModule(L.LightningDataModule):
         if "predict_file" not in self._windows:
             import torch
 
-            from ..data.corpora.files import read_lines
-
             corpus = self.corpus
             tokenizer = getattr(corpus, "tokenizer", None)
             if tokenizer is None:
                 raise ValueError(f"predict_file: corpus {self.corpus_name!r} has no tokenizer to read a text file with")
-            normalizer = self.text_normalizer()  # your text, written as the model's training data was
-            ids: list[int] = []
-            for i, line in enumerate(read_lines(self.predict_file), 1):
-                for text in normalizer.normalize_line(line) if normalizer is not None else [line]:
-                    ids.extend(corpus.vocab.encode(tokenizer.tokenize_line(text), source=f"{self.predict_file} line {i}"))
+            ids = _read_predict_file(self.predict_file, tokenizer, corpus.vocab, self.text_normalizer())
             rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
             self._windows["predict_file"] = StreamWindows(
-                torch.tensor(ids, dtype=torch.long), self.eval_batch_size, self.bptt, rank, world
+                torch.frombuffer(ids, dtype=torch.long).clone() if ids else torch.zeros(0, dtype=torch.long),
+                self.eval_batch_size, self.bptt, rank, world,
             )
         return self._windows["predict_file"]
+
+
+def _read_predict_file(path: str, tokenizer: Any, vocab: Any, normalizer: Any):
+    """A text file's token ids (8 bytes each) through the one streaming reader
+    (:func:`dsf_lightning.data.textfile.iter_file_parts`): lines in parts of at most 64 KiB whatever the file
+    holds, your text normalized sentence by sentence (``normalizer``, None: as it is), ``<eos>`` after every
+    line; a word longer than 64 KiB is one unknown word. NUL bytes (binary data, ``/dev/zero``) and invalid
+    UTF-8 are a :class:`~dsf_lightning.data.textfile.TextFileError` naming the file and the byte offset (one line,
+    exit 2, under ``dsf predict``), as is a symbol a closed vocabulary lacks."""
+    from array import array
+
+    from ..data.textfile import LongWord, TextFileError, iter_file_parts, normalized_parts
+    from ..data.vocab import VocabularyError
+
+    cut = getattr(tokenizer, "cut_at", None)
+    cut = cut if cut in ("space", "char") else None
+    boundary = getattr(tokenizer, "boundary", None)
+    ids = array("q")
+    continued = False  # earlier parts of the current line gave symbols
+    parts = iter_file_parts(path, cut=cut, decompress=True, desc="reading")
+    for text, where, last in normalized_parts(parts, normalizer):
+        if isinstance(text, LongWord):
+            if vocab.unk is None:
+                raise TextFileError(f"{where}: a word longer than 64 KiB, and the vocabulary is closed (no unknown "
+                                    "symbol to read it as); split or remove it")
+            symbols = ([boundary] if continued and boundary is not None else []) + [vocab.unk]
+        elif last and not continued:
+            symbols = tokenizer.tokenize_line(text)
+        else:
+            symbols = tokenizer.tokenize_part(text, continued=continued, last=last)
+        continued = not last and (continued or bool(symbols))
+        try:
+            ids.extend(vocab.encode(symbols, source=f"predict_file {where}"))
+        except VocabularyError as err:  # a symbol of your text that a closed vocabulary lacks: your file's
+            raise TextFileError(str(err)) from None
+    return ids
