@@ -10,6 +10,10 @@ Errors (:mod:`.errors`): a recipe the guards refuse, a ``--ckpt_path`` whose opt
 checkpoint file), a bad model option, a missing logger package, a cluster plugin outside its cluster, a checkpoint
 or saved configuration that cannot be written (a full disk) exit 2 with one line; a run that diverged (non-finite
 weights) exits 1. The configuration a run saves never replaces a file no run wrote (:mod:`.saved_config`).
+
+Paths: URLs (and config includes by URL) are refused unless the command line says ``--allow-remote-paths``
+(taken from ``argv`` by :func:`run`, never a recipe key); a recipe file writes only inside its run directory
+(:func:`dsf_lightning.training.recipe_guard.check_paths`).
 """
 
 from __future__ import annotations
@@ -257,9 +261,11 @@ def task_mode_of(cli) -> bool:
     return bool(getattr(cli, "subclass_mode_model", False))
 
 
-def lightning_cli(argv: Sequence[str], run: bool = True):
+def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: bool = False):
     """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``); with
     ``run=False`` ``argv`` holds no subcommand and the CLI only parses and instantiates (recipe tests).
+    ``allow_remote_paths``: URLs allowed as paths and config includes (``dsf fit --allow-remote-paths``;
+    never from a recipe, :func:`~dsf_lightning.training.recipe_guard.check_paths`).
 
     Two recipe forms:
 
@@ -276,7 +282,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
     from ..training.checkpoint_io import AtomicCheckpointIO, check_checkpoint_file
     from ..training.datamodule import LanguageModelDataModule
     from ..training.guards import check_trainer_counts
-    from ..training.recipe_guard import check_checkpoint, check_parsed_config, guarded
+    from ..training.recipe_guard import check_checkpoint, check_parsed_config, check_paths, force_weights_only, guarded
     from .saved_config import SafeSaveConfigCallback, config_inputs
 
     task_mode = is_task_recipe(argv)
@@ -285,7 +291,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
         def __init__(self, *args, **kwargs) -> None:
             # parse, instantiate and run under the recipe policy: only the allowed classes are imported,
             # nothing is built from Any values, YAML is bounded (recipe_guard; UnsafeRecipeError otherwise)
-            guarded(super().__init__, *args, **kwargs)
+            guarded(super().__init__, *args, allow_remote_paths=allow_remote_paths, **kwargs)
 
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument(
@@ -357,6 +363,8 @@ def lightning_cli(argv: Sequence[str], run: bool = True):
             # Lightning lists `devices` indices up front: refuse absurd counts (ValueError) before that
             config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
             check_parsed_config(config)  # no class spec left half-parsed in a plain-data option
+            check_paths(config, argv, allow_remote_paths)  # no URL; no recipe-named write outside the run directory
+            force_weights_only(config)  # a checkpoint is never unpickled, whatever weights_only says
             check_logger_packages(config.get("trainer"))  # a logger whose package is missing: name the extra
             check_trainer_counts(config.get("trainer"))
 
@@ -421,12 +429,12 @@ def run(argv: Sequence[str]) -> int:
     from ..model import ModelConfigError
     from ..training.checkpoint_io import CheckpointLoadError, CheckpointWriteError, NonFiniteCheckpointError
     from ..training.guards import NonFiniteError
-    from ..training.recipe_guard import UnsafeRecipeError
+    from ..training.recipe_guard import ALLOW_REMOTE_FLAG, UnsafeRecipeError
     from ..training.resume import ResumeMismatchError
     from .saved_config import ConfigSaveError
 
-    def body() -> int:
-        lightning_cli(argv)
+    def body() -> int:  # the allow flag is taken from the command line here, before jsonargparse (and recipes) see it
+        lightning_cli([a for a in argv if a != ALLOW_REMOTE_FLAG], allow_remote_paths=ALLOW_REMOTE_FLAG in argv)
         return 0
 
     # only the recipe / checkpoint errors are the user's: a ValueError inside a training step keeps its traceback

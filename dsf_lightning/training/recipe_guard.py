@@ -19,7 +19,15 @@ hyper-parameters), so the policy is enforced where jsonargparse resolves names, 
   ``hyper_parameters``, are measured iteratively first: more than :data:`MAX_CONFIG_DEPTH` levels of
   nesting, more than :data:`MAX_CONFIG_VALUES` values once YAML aliases (or shared pickle references)
   are expanded, or a structure that contains itself, is refused in milliseconds (an alias bomb of a few
-  hundred bytes expands to 387 million strings; a 3000-deep list overflows Python's recursion).
+  hundred bytes expands to 387 million strings; a 3000-deep list overflows Python's recursion);
+* **local paths only** (:func:`check_paths`, before anything is built): a string of the parsed config that
+  fsspec / Lightning / jsonargparse would open as a URL, whatever option holds it, is refused, and so is a
+  config include by URL (jsonargparse's URL and fsspec reading, which LightningCLI turns on, is off while the
+  CLI parses; every config path is refused there by name); ``--allow-remote-paths`` on the command line
+  (:data:`ALLOW_REMOTE_FLAG`, never a recipe key) allows them. A checkpoint is loaded weights-only whatever
+  ``weights_only`` says (:func:`force_weights_only`);
+* **recipe writes inside the run directory**: a write location (:data:`WRITE_KEYS`) that a recipe file names
+  absolute, with ``~``, ``$`` or ``..`` is refused unless the command line gives that value itself.
 
 A refusal raises :class:`UnsafeRecipeError` (``dsf fit`` prints it and exits with code 2).
 """
@@ -31,6 +39,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -323,6 +332,176 @@ def check_checkpoint(value: str) -> None:
         check_config_structure(ckpt.get("hyper_parameters"), f"--ckpt_path {value}: hyper_parameters")
 
 
+# ------------------------------------------------------------------------------------- paths and URLs
+#: the command-line flag (never a recipe key) that lets paths and config includes be URLs
+ALLOW_REMOTE_FLAG = "--allow-remote-paths"
+#: keys whose string value names where a run writes (ModelCheckpoint / profiler ``dirpath`` and ``filename``,
+#: loggers' ``save_dir`` / ``dir`` / ``sub_dir`` / ``name`` / ``version``, ``trainer.default_root_dir``,
+#: TokenLogprobWriter ``output``, ``dsf predict --predict_output``), whatever class they belong to
+WRITE_KEYS = frozenset({"default_root_dir", "dirpath", "filename", "save_dir", "dir", "log_dir", "sub_dir", "name",
+                        "version", "output", "predict_output"})
+_SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+
+def remote_scheme(value: Any) -> str | None:
+    """What makes ``value`` a URL rather than a local path, as fsspec, Lightning (``cloud_io``, ``torch.hub``)
+    or jsonargparse would read it: ``SCHEME://`` (``file://``, ``http://``, ``ftp://``, ``hf://``, ``s3://``),
+    an fsspec chain (``simplecache::http://...``) or ``data:``; None for a plain path (or a non-string)."""
+    if not isinstance(value, str):
+        return None
+    found = _SCHEME.match(value)
+    if found:
+        return f"{found.group(1)}://"
+    if "::" in value:
+        return "an fsspec chain (::)"
+    if value.strip().lower().startswith("data:"):
+        return "data:"
+    return None
+
+
+def _remote_message(where: str, value: str, scheme: str) -> str:
+    return (f"{where}: {value!r} is a URL ({scheme}); dsf reads and writes local paths only, nothing was opened or "
+            f"fetched. Give a local path, or pass {ALLOW_REMOTE_FLAG} on the command line to allow URLs")
+
+
+def _outside_run_directory(value: str) -> str | None:
+    """Why ``value`` (a path a recipe names for writing) leaves the run directory, or None."""
+    import posixpath
+
+    text = value.replace("\\", "/")
+    if text.startswith("~"):
+        return "starts with ~"
+    if "$" in text:
+        return "holds a $VARIABLE"
+    if posixpath.isabs(text) or os.path.isabs(value):
+        return "is absolute"
+    if ".." in text.split("/"):
+        return "has a .. component"
+    return None
+
+
+def _normalized_key(key: str) -> str:
+    """``trainer.callbacks[0].init_args.dirpath`` -> ``trainer.callbacks.dirpath`` (how a command line spells it)."""
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    return ".".join(p for p in parts if p not in ("init_args", "dict_kwargs"))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+
+
+def command_line_values(argv) -> list[tuple[str, set[str]]]:
+    """The options ``argv`` sets by itself: ``(normalized dotted key, the strings its value spells)`` for every
+    ``--key value`` / ``--key=value`` / ``--key+=value`` that is not a config file: ``--config`` (and ``-c``) and
+    a value that names an existing file (``--trainer trainer.yaml``, ``--trainer.callbacks cbs.yaml``: jsonargparse
+    reads it as a config) are the recipe's, not the command line's. The strings are the value as typed and as
+    YAML reads it (inline ``[{class_path: ..., init_args: {dirpath: DIR}}]`` spells ``DIR``)."""
+    from pathlib import Path
+
+    args = [str(a) for a in argv]
+    found = []
+    for i, arg in enumerate(args):
+        if not arg.startswith("--") or arg == "--":
+            continue
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+        key = key.rstrip("+")
+        if key in ("config", "print_config"):
+            continue
+        loaded = _load_yaml(value) if value else value
+        if not isinstance(loaded, (dict, list)) and key.rsplit(".", 1)[-1] not in WRITE_KEYS:  # a path option's value is no config
+            try:
+                if value and Path(value).is_file():
+                    continue  # read as a config file: the recipe's values
+            except (OSError, ValueError):
+                pass
+        found.append((_normalized_key(key), {value, *_strings(loaded)}))
+    return found
+
+
+def check_paths(config: Any, argv=(), allow_remote: bool = False) -> None:
+    """Refuse, before anything is built or opened, the path-valued strings of a parsed ``config`` (a jsonargparse
+    Namespace: the recipe files, the command line and a ``--ckpt_path``'s hyper-parameters merged):
+
+    * **URLs anywhere** (:func:`remote_scheme`: any string fsspec, Lightning or jsonargparse would open as a URL,
+      whatever option holds it: ``ckpt_path``, ``ModelCheckpoint.dirpath``, loggers' ``save_dir``,
+      ``default_root_dir``, a profiler's ``dirpath``, ``TokenLogprobWriter.output``, ``data_root`` ...), and a
+      ``ckpt_path`` of Lightning's model ``registry``, unless ``allow_remote`` (:data:`ALLOW_REMOTE_FLAG`);
+    * **writes outside the run directory named by a recipe**: a :data:`WRITE_KEYS` value that is absolute,
+      starts with ``~``, holds a ``$VARIABLE`` or a ``..`` component, unless the command line (``argv``) gives
+      that value for that option itself (:func:`command_line_values`). The run directory is the directory the
+      command runs in: relative paths without ``..`` stay below it (Lightning resolves them against it).
+
+    Which values came from the command line is read from ``argv`` (the options it sets inline and the strings
+    it spells), not from the merged config: a recipe cannot claim a value the command line did not type."""
+    given = None
+    for where, node in _config_nodes(config):
+        if isinstance(node, str):
+            name = where.rsplit(".", 1)[-1].split("[", 1)[0]
+            scheme = remote_scheme(node)
+            if scheme is None and name == "ckpt_path" and node.strip().lower().split(":", 1)[0] == "registry":
+                scheme = "Lightning's model registry"
+            if scheme is not None and not allow_remote:
+                raise UnsafeRecipeError(_remote_message(where, node, scheme))
+            why = _outside_run_directory(node) if name in WRITE_KEYS and scheme is None else None
+            if why is not None:
+                given = command_line_values(argv) if given is None else given
+                key = _normalized_key(where)
+                key = key.split(".", 1)[1] if key.split(".", 1)[0] in _SUBCOMMANDS else key
+                if not any((key == k or key.startswith(k + ".")) and node in values for k, values in given):
+                    raise UnsafeRecipeError(
+                        f"{where}: {node!r} {why}: a recipe file writes only inside its run directory (relative paths "
+                        f"below the directory dsf runs in, without ..); to write there, pass it on the command line "
+                        f"instead (--{key} {node})"
+                    )
+
+
+def _config_nodes(config: Any) -> Iterator[tuple[str, Any]]:
+    """Every value of a parsed config (Namespaces, dicts, lists) with its place, ``trainer.callbacks[0].init_args
+    .dirpath``; iterative, each container entered once; a value is yielded before what it holds."""
+    from jsonargparse import Namespace
+
+    stack: list[tuple[str, Any]] = [("", config)]
+    seen: set[int] = set()
+    while stack:
+        where, node = stack.pop()
+        yield where, node
+        if id(node) in seen:
+            continue
+        if isinstance(node, Namespace):
+            seen.add(id(node))
+            stack.extend((f"{where}.{k}" if where else k, v) for k, v in node.items(branches=True, nested=False))
+        elif isinstance(node, dict):
+            seen.add(id(node))
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            seen.add(id(node))
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+
+
+_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def force_weights_only(config: Any) -> None:
+    """Set a parsed subcommand config's ``weights_only`` to True: ``trainer.fit(..., weights_only=True)`` reaches
+    every CheckpointIO (``TorchCheckpointIO`` too, whose ``_load`` otherwise unpickles ``http`` URLs in full), so a
+    checkpoint is never unpickled beyond plain data whatever a recipe or option says (a ``false`` is logged)."""
+    if config is None or not hasattr(config, "get") or "weights_only" not in config:
+        return
+    if config.get("weights_only") is False:
+        log.warning("weights_only: false is ignored: dsf loads checkpoints weights-only (never a full unpickle)")
+    config["weights_only"] = True
+
+
 # ------------------------------------------------------------------------------------------- policy
 class _Policy:
     """What :func:`recipe_policy` enforces, and the refusals it saw (``denied``)."""
@@ -332,25 +511,49 @@ class _Policy:
         self.paths = _import_paths(self.classes)
         self.denied: list[str] = []
         self.too_complex: list[str] = []
+        self.remote: list[str] = []
 
     def message(self) -> str | None:
         if self.too_complex:
             return self.too_complex[0]
+        if self.remote:
+            return self.remote[0]
         if self.denied:
             names = list(dict.fromkeys(self.denied))
             return denied_message(", ".join(names), self.classes)
         return None
 
 
+def _option_in_progress() -> str:
+    """The option jsonargparse is reading a config for (its Action's ``dest``), from the calling frames."""
+    import argparse
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        local = frame.f_locals
+        if isinstance(local.get("self"), argparse.Action) and getattr(local["self"], "dest", None):
+            return str(local["self"].dest)
+        if isinstance(local.get("dest"), str):
+            return local["dest"]
+        frame = frame.f_back
+    return "a config include"
+
+
 @contextlib.contextmanager
-def recipe_policy() -> Iterator[_Policy]:
+def recipe_policy(allow_remote: bool = False) -> Iterator[_Policy]:
     """While the ``dsf`` LightningCLI parses, instantiates and runs: jsonargparse imports only the allowed
-    classes (exact import paths), never instantiates class specs in ``Any`` values, and loads only bounded
-    YAML. jsonargparse's settings are process-wide: they are restored on exit."""
+    classes (exact import paths), never instantiates class specs in ``Any`` values, loads only bounded
+    YAML and, unless ``allow_remote``, reads config files only from local paths (LightningCLI turns on
+    jsonargparse's fsspec reading at import: ``trainer: http://.../x.yaml`` would be fetched). jsonargparse's
+    settings are process-wide: they are restored on exit."""
     import jsonargparse
-    from jsonargparse import _common, _loaders_dumpers
+    from jsonargparse import _common, _core, _loaders_dumpers, _optionals, _paths
 
     policy = _Policy()
+    saved_error = _core.ArgumentParser.error
+    saved_read_mode = _optionals._config_read_mode
+    saved_path_init = _paths.Path.__init__
     saved_settings = dict(_common.parsing_settings)
     saved_loader = (_loaders_dumpers.loaders.get("yaml"), _loaders_dumpers.loader_exceptions.get("yaml"),
                     _loaders_dumpers.loader_json_superset.get("yaml"), _loaders_dumpers.loader_params.get("yaml"))
@@ -408,8 +611,31 @@ def recipe_policy() -> Iterator[_Policy]:
         original_yaml = _loaders_dumpers.loaders["yaml"]
         jsonargparse.set_loader("yaml", bounded_yaml(original_yaml), exceptions=(_YAMLError,))
         _loaders_dumpers.yaml_load = bounded_yaml(saved_yaml_load)  # what json_or_yaml_load calls directly
+        if not allow_remote:
+            _optionals._config_read_mode = saved_read_mode.replace("u", "").replace("s", "")  # files only
+
+            def local_only(self, path, *args, **kwargs):
+                # every config include (--config, a group or class given as a file name) is a jsonargparse
+                # Path: a URL is refused here, before the read mode is even consulted, and named in the error
+                scheme = remote_scheme(path) if isinstance(path, str) else None
+                if scheme is not None:
+                    policy.remote.append(_remote_message(_option_in_progress(), path, f"{scheme}, a config include"))
+                    raise TypeError(f"{path!r} is a URL: not read")
+                saved_path_init(self, path, *args, **kwargs)
+
+            _paths.Path.__init__ = local_only
+
+        def error(self, message, ex=None):
+            if policy.remote:  # a URL refused: guarded() prints its one line (jsonargparse's usage would name no URL)
+                raise SystemExit(2)
+            saved_error(self, message, ex)
+
+        _core.ArgumentParser.error = error
         yield policy
     finally:
+        _core.ArgumentParser.error = saved_error
+        _paths.Path.__init__ = saved_path_init
+        _optionals._config_read_mode = saved_read_mode
         for module, name, original in reversed(patched):
             setattr(module, name, original)
         _loaders_dumpers.yaml_load = saved_yaml_load
@@ -430,41 +656,26 @@ def check_parsed_config(config: Any) -> None:
     """Refuse what a parse left that no option type took: ``--data.corpus.class_path X --data.corpus.init_args
     {...}`` on an option that takes plain data (``Any``) ends as jsonargparse's internal ``NestedArg``
     (never built, but the option's own check would fail with an obscure message)."""
-    from jsonargparse import Namespace
     from jsonargparse._util import NestedArg
 
-    stack: list[tuple[str, Any]] = [("", config)]
-    seen: set[int] = set()
-    while stack:
-        where, node = stack.pop()
+    for where, node in _config_nodes(config):
         if isinstance(node, NestedArg):
             raise UnsafeRecipeError(
                 f"{where}: `--{where}.{node.key} ...` sets a field inside an option that takes plain data: nothing "
                 f"there is a class to build (a class_path in it is never instantiated). Give the whole value, "
                 f"e.g. --{where} '<value>'"
             )
-        if id(node) in seen:
-            continue
-        if isinstance(node, Namespace):
-            seen.add(id(node))
-            stack.extend((f"{where}.{k}" if where else k, v) for k, v in node.items(branches=True, nested=False))
-        elif isinstance(node, dict):
-            seen.add(id(node))
-            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in node.items())
-        elif isinstance(node, (list, tuple)):
-            seen.add(id(node))
-            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
 
 
-def guarded(call, *args, **kwargs):
+def guarded(call, *args, allow_remote_paths: bool = False, **kwargs):
     """``call(*args, **kwargs)`` (a LightningCLI's construction: parse, instantiate, run) under
-    :func:`recipe_policy`. A parse that failed because of the policy (jsonargparse printed its usage
-    error and exits) is re-raised as :class:`UnsafeRecipeError` naming the refused class paths or the
-    unbounded YAML, and what is allowed."""
+    :func:`recipe_policy` (``allow_remote_paths``: its ``allow_remote``). A parse that failed because of the
+    policy (jsonargparse printed its usage error and exits) is re-raised as :class:`UnsafeRecipeError` naming
+    the refused class paths, URL or unbounded YAML, and what is allowed."""
     from jsonargparse import ArgumentError
     from jsonargparse._common import ImportDenied
 
-    with recipe_policy() as policy:
+    with recipe_policy(allow_remote_paths) as policy:
         try:
             return call(*args, **kwargs)
         except (SystemExit, ArgumentError) as err:  # a parser that exits, or one with exit_on_error=False
@@ -506,4 +717,6 @@ def names_a_class(value) -> bool:
     the CLI and ``dsf reproduce`` tell a sequence-task recipe from a language-model one)."""
     if isinstance(value, dict):
         return "class_path" in value
-    return isinstance(value, str) and bool(value.strip()) and not value.strip().startswith(("{", "["))
+    # a URL is a config include (refused by the policy, which names it), never a class name
+    return (isinstance(value, str) and bool(value.strip()) and not value.strip().startswith(("{", "["))
+            and remote_scheme(value) is None)

@@ -5,6 +5,7 @@ prototypical words (sr-RNN Table 6) go into the card too."""
 
 import json
 import lzma
+import os
 import random
 import shutil
 import textwrap
@@ -85,8 +86,15 @@ def trained(tmp_path_factory):
     root = _write_imdb(tmp / "data")
     run = tmp / "run"
     recipe = tmp / "recipe.yaml"
-    recipe.write_text(RECIPE.format(run=run, root=root))
-    assert main(["fit", "--config", str(recipe)]) == 0
+    # the recipe writes below its run directory (relative paths; an absolute one would have to come from the
+    # command line), the data it reads may be anywhere
+    recipe.write_text(RECIPE.format(run="run", root=root))
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        assert main(["fit", "--config", str(recipe)]) == 0
+    finally:
+        os.chdir(cwd)
     ckpt = run / "checkpoints" / "best.ckpt"
     assert ckpt.is_file() and (run / "logs" / "version_0" / "config.yaml").is_file()
     return {"root": root, "run": run, "ckpt": ckpt, "recipe": recipe, "tmp": tmp}

@@ -403,7 +403,8 @@ def test_a_checkpoint_written_by_the_project_still_resumes(tmp_path, text_folder
     monkeypatch.chdir(tmp_path)
     recipe = tmp_path / "recipe.yaml"
     clean = base_recipe(text_folder)
-    clean["trainer"].update(enable_checkpointing=True, max_steps=2, default_root_dir=str(tmp_path / "run"))
+    # relative: a recipe file writes only inside its run directory (an absolute one comes from the command line)
+    clean["trainer"].update(enable_checkpointing=True, max_steps=2, default_root_dir="run")
     recipe.write_text(yaml.safe_dump(clean))
     assert main(["fit", "--config", str(recipe)]) == 0
     ckpts = sorted((tmp_path / "run").rglob("*.ckpt"))
