@@ -458,10 +458,12 @@ def check_paths(config: Any, argv=(), allow_remote: bool = False) -> None:
                 key = _normalized_key(where)
                 key = key.split(".", 1)[1] if key.split(".", 1)[0] in _SUBCOMMANDS else key
                 if not any((key == k or key.startswith(k + ".")) and node in values for k, values in given):
+                    # a list item (a callback) is given whole on the command line: --trainer.callbacks '[...]'
+                    how = f"--{key} {node}" if "[" not in where else f"--{_normalized_key(where.split('[', 1)[0])} '[...]'"
                     raise UnsafeRecipeError(
                         f"{where}: {node!r} {why}: a recipe file writes only inside its run directory (relative paths "
                         f"below the directory dsf runs in, without ..); to write there, pass it on the command line "
-                        f"instead (--{key} {node})"
+                        f"instead ({how})"
                     )
 
 
