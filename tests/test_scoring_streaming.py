@@ -108,7 +108,7 @@ def test_dev_zero_is_a_clear_error_not_a_memory_error(word_scorer, capsys, monke
 # ------------------------------------------------------------------------------ memory and time
 SCRIPT = textwrap.dedent(
     r"""
-    import contextlib, io, json, os, random, sys, threading, time, types
+    import contextlib, io, json, os, random, sys, time, types
     import torch
     from dsf_lightning import scoring
     from dsf_lightning.cli import score as score_command
@@ -116,6 +116,7 @@ SCRIPT = textwrap.dedent(
     from dsf_lightning.data.vocab import Vocabulary
     from dsf_lightning.model import LMConfig, RecurrentLM
     from dsf_lightning.scoring import Scorer
+    from tests.rss_watch import growth_mib, start_watch
 
     mode, megabytes, path, ceiling = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     words = [f"w{i}" for i in range(40)]
@@ -135,24 +136,7 @@ SCRIPT = textwrap.dedent(
     scorer = Scorer(types.SimpleNamespace(model=model, vocab=vocab, tokenizer=tok, info={}), window=256)
     scorer.score_document(["w1 w2 w3 " * 400] * 20)  # warm up allocators and kernels
 
-    def status(key):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-
-    with open("/proc/self/clear_refs", "w") as f:  # reset the peak RSS (VmHWM) to the current RSS
-        f.write("5")
-    base = status("VmRSS")
-
-    def watchdog():  # a process that outgrows the ceiling is stopped before it hurts the machine
-        while True:
-            if status("VmRSS") - base > ceiling * 2**20:
-                print(json.dumps({"rc": "killed", "rss_growth_mib": (status("VmHWM") - base) / 2**20}), flush=True)
-                os._exit(0)
-            time.sleep(0.02)
-
-    threading.Thread(target=watchdog, daemon=True).start()
+    base = start_watch(ceiling)
     start = time.process_time()
     out = {}
     if mode == "dev-zero":
@@ -164,7 +148,7 @@ SCRIPT = textwrap.dedent(
     else:
         doc = scorer.score_document(path)
         out.update(tokens=doc.num_tokens, lines=doc.num_lines)
-    out.update(cpu_s=time.process_time() - start, rss_growth_mib=(status("VmHWM") - base) / 2**20)
+    out.update(cpu_s=time.process_time() - start, rss_growth_mib=growth_mib(base))
     print(json.dumps(out), flush=True)
     """
 )

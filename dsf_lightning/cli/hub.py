@@ -58,7 +58,13 @@ def _key_value(text: str) -> tuple[str, Any]:
 @guard("export")
 def export_command(args: argparse.Namespace) -> int:
     """Turn a Lightning checkpoint into a pretrained model folder (or, ``--format onnx``, a model into an
-    ONNX graph). A SequenceClassifier checkpoint gives a text-classifier folder (:mod:`.classifier`)."""
+    ONNX graph). A SequenceClassifier checkpoint gives a text-classifier folder (:mod:`.classifier`). The output
+    is written beside its place and renamed into it; one that is, holds or lies inside the source is refused."""
+    from ..export.onnx import check_output_outside
+
+    source = Path(args.checkpoint).expanduser()
+    if source.exists():  # a published name is resolved (and checked) by the export itself
+        check_output_outside(Path(args.output), source)
     if args.format == "onnx":
         return _export_onnx(args)
     if _is_classifier_checkpoint(args.checkpoint):

@@ -32,12 +32,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._fs import write_atomic
 from .._modes import evaluating
 from ..model import RecurrentLM
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExportError", "OnnxGraph", "check_onnx", "state_names", "to_onnx"]
+__all__ = ["ExportError", "OnnxGraph", "check_onnx", "check_output_outside", "state_names", "to_onnx"]
 
 #: what ``pip install`` brings the exporter (the ``onnx`` extra of the package)
 ONNX_EXTRA = "pip install 'dsf-lightning[onnx]' (onnx, onnxscript; onnxruntime to run or check the graph)"
@@ -52,11 +53,16 @@ def state_names(model: RecurrentLM, prefix: str = "state") -> list[str]:
     return [f"{prefix}_{i}_{k}" for i, layer in enumerate(model.layers) for k in range(len(layer.state_sizes))]
 
 
-def _as_model(model_or_folder: Any) -> RecurrentLM:
+def _as_model(model_or_folder: Any, output: Path) -> RecurrentLM:
     """A RecurrentLM from a model, a :class:`~dsf_lightning.model.pretrained.Pretrained`, a Scorer or Lightning
-    module holding one, or a published name / pretrained folder (loaded with the hub's loader)."""
+    module holding one, or a published name / pretrained folder (loaded with the hub's loader); an ``output``
+    inside that folder (it would replace the model's own files) is an :class:`ExportError`."""
     if isinstance(model_or_folder, (str, Path)):
-        return RecurrentLM.from_pretrained(model_or_folder)
+        from ..hub.registry import resolve
+
+        folder = resolve(model_or_folder)
+        check_output_outside(output, folder)
+        return RecurrentLM.from_pretrained(folder)
     for candidate in (model_or_folder, getattr(model_or_folder, "model", None)):
         if isinstance(candidate, RecurrentLM):
             return candidate
@@ -101,6 +107,16 @@ class OnnxGraph(nn.Module):
         return (self.model.decode(y), *final)  # logits [B, T, V] (decode is F.linear under export)
 
 
+def check_output_outside(output: Path, source: Path) -> None:
+    """Refuse (:class:`ExportError`) an ``output`` that is the ``source`` (a checkpoint, a model folder), lies inside
+    the source folder, or holds the source (a folder output replaced whole): the export would replace what it reads."""
+    out, src = Path(output).expanduser().resolve(), Path(source).expanduser().resolve()
+    if out == src or (src.is_dir() and out.is_relative_to(src)) or src.is_relative_to(out):
+        where = ("is the source" if out == src else f"is inside the source model folder {src}"
+                 if out.is_relative_to(src) else f"holds the source {src}")
+        raise ExportError(f"the output {output} {where}: the export would replace what it reads; write it elsewhere")
+
+
 def _check_exporter() -> None:
     missing = []
     for module in ("onnx", "onnxscript"):
@@ -131,9 +147,13 @@ def to_onnx(
     installed) on a fresh example with a random state and raise :class:`ExportError` unless its logits and
     final state equal PyTorch's within ``atol``.
     Unexported (the model is left as it was): it is copied, in evaluation mode, without gradients.
+    The graph is written to a temporary sibling of ``path``, checked there and renamed into place: a kill, a full
+    disk or a failed check leaves the previous file. A ``path`` inside the source folder (a name or folder given)
+    is refused: it would replace the model's files.
     """
     _check_exporter()
-    source = _as_model(model_or_folder)
+    path = Path(path)
+    source = _as_model(model_or_folder, path)
     if next(source.parameters()).dtype != torch.float32:
         raise ExportError(
             f"ONNX export takes float32 weights, this model has {next(source.parameters()).dtype}: "
@@ -141,8 +161,6 @@ def to_onnx(
         )
     model = copy.deepcopy(source).cpu().eval().requires_grad_(False)  # no grad: scan then skips its backward
     graph = OnnxGraph(model).eval()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, model.config.vocab_size, (batch_size, time_steps), generator=generator)
     state = [t for layer in model.init_state(batch_size) for t in layer]
@@ -177,17 +195,26 @@ def to_onnx(
     meta["dsf.state_sizes"] = json.dumps([list(layer.state_sizes) for layer in model.layers])
     meta["dsf.vocab_size"] = str(model.config.vocab_size)
     meta["dsf.model_config"] = json.dumps(model.config.to_dict())
-    program.save(str(path))
+    check_now = False
     if check:
         try:
             import onnxruntime  # noqa: F401
         except ImportError:
             log.warning("onnxruntime is not installed: %s was not checked (%s)", path, ONNX_EXTRA)
         else:
-            diff = check_onnx(model, path, batch_size=batch_size + 1, time_steps=time_steps + 2)
+            check_now = True
+
+    def write(f) -> None:  # the graph to a temporary sibling, checked there: a failed check leaves `path` as it was
+        f.write(program.model_proto.SerializeToString())
+        f.flush()
+        if check_now:
+            diff = check_onnx(model, f.name, batch_size=batch_size + 1, time_steps=time_steps + 2)
             if diff > atol:
                 raise ExportError(f"{path}: onnxruntime differs from PyTorch by {diff:.3g} > {atol} (cell {model.config.cell!r})")
             log.info("%s: onnxruntime equals PyTorch within %.2g", path, diff)
+
+    # a kill, a full disk or a failed check leaves the previous file (or none), never half of one
+    write_atomic(path, write)
     return path
 
 

@@ -37,13 +37,18 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from .._checks import check_bool
 from .._fs import write_atomic
 
-__all__ = ["TokenLogprobWriter", "DEFAULT_PREDICT_OUTPUT"]
+__all__ = ["TokenLogprobWriter", "DEFAULT_PREDICT_OUTPUT", "PredictionOutputError"]
 
 logger = logging.getLogger(__name__)
 LN2 = math.log(2.0)
 DEFAULT_PREDICT_OUTPUT = "predictions.jsonl"  # under the trainer's default_root_dir
+
+
+class PredictionOutputError(FileExistsError):
+    """The prediction output exists and the writer was not told to replace it (``overwrite``)."""
 
 
 def _symbols(trainer) -> Sequence[str] | None:
@@ -62,12 +67,19 @@ class TokenLogprobWriter(BasePredictionWriter):
         output: the JSON-lines file (its folder is created). None: ``predictions.jsonl`` in the
             trainer's ``default_root_dir``.
         merge: under DDP, join the per-rank files into ``output`` on rank 0 (True) or keep them.
+        overwrite: replace an existing ``output``. False (the default, and what a recipe gets): an existing file is
+            a :class:`PredictionOutputError` before anything is scored, so a recipe cannot replace a file the user
+            did not name; ``dsf predict --predict_output PATH`` on the command line is the way to replace PATH.
+
+    The file is written to a temporary sibling and renamed into place when complete (a kill or a full disk
+    leaves the previous file, or none).
     """
 
-    def __init__(self, output: str | os.PathLike | None = None, merge: bool = True) -> None:
+    def __init__(self, output: str | os.PathLike | None = None, merge: bool = True, overwrite: bool = False) -> None:
         super().__init__(write_interval="batch")
         self.output = None if output is None else Path(output)
         self.merge = merge
+        self.overwrite = check_bool("overwrite", overwrite)
         self._spool: Path | None = None
         self._files: list[Any] = []
         self._loader = None
@@ -92,6 +104,12 @@ class TokenLogprobWriter(BasePredictionWriter):
         self._loader = loader
         self._symbols = _symbols(trainer)
         out = self._part(trainer)
+        final = self._path(trainer) if self.merge else out  # the file this rank's lines end up in
+        if not self.overwrite and (final.exists() or final.is_symlink()):
+            raise PredictionOutputError(
+                f"the prediction output {final} exists and is not replaced: name it on the command line "
+                f"(dsf predict --predict_output {final}) to replace it, or remove it"
+            )
         out.parent.mkdir(parents=True, exist_ok=True)
         # one spool file per stream: lines arrive window by window (all streams at once) but are written in
         # stream order, without holding the split in memory

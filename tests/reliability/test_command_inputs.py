@@ -3,8 +3,8 @@ through the one streaming reader (:mod:`dsf_lightning.data.textfile`), and what 
 invalid UTF-8) or too long is one line on stderr with exit 2, never a MemoryError or a traceback.
 
 Memory is measured in a subprocess running the real ``dsf`` entry point in-process after a warm-up of the same
-command on a small input (peak RSS from ``/proc/self/status``, reset through ``/proc/self/clear_refs``), with a
-watchdog that stops the process past a ceiling, so a regression cannot eat the machine's memory.
+command on a small input (:mod:`tests.rss_watch`: peak RSS, and a watchdog that stops the process past a ceiling,
+so a regression cannot eat the machine's memory).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ RSS_CEILING_MIB = 64
 
 MEASURE = textwrap.dedent(
     r"""
-    import contextlib, io, json, os, sys, threading, time
+    import contextlib, io, json, os, sys, time
     from dsf_lightning.cli import main
+    from tests.rss_watch import growth_mib, start_watch
 
     argv, warm, ceiling = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3])
 
@@ -46,29 +47,11 @@ MEASURE = textwrap.dedent(
     rc, err = run(warm)  # imports, the model, allocators
     assert rc == 0, err
 
-    def status(key):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-
-    with open("/proc/self/clear_refs", "w") as f:  # reset the peak RSS (VmHWM) to the current RSS
-        f.write("5")
-    base = status("VmRSS")
-
-    def watchdog():  # a process that outgrows the ceiling is stopped before it hurts the machine
-        while True:
-            if status("VmRSS") - base > ceiling * 2**20:
-                report = {"rc": "killed", "rss_growth_mib": (status("VmHWM") - base) / 2**20}
-                print(json.dumps(report), file=sys.__stdout__, flush=True)  # the run's stdout is /dev/null
-                os._exit(0)
-            time.sleep(0.02)
-
-    threading.Thread(target=watchdog, daemon=True).start()
+    base = start_watch(ceiling)
     start = time.process_time()
     rc, err = run(argv)
     print(json.dumps({"rc": rc, "stderr": err, "cpu_s": time.process_time() - start,
-                      "rss_growth_mib": (status("VmHWM") - base) / 2**20}), flush=True)
+                      "rss_growth_mib": growth_mib(base)}), flush=True)
     """
 )
 
@@ -284,3 +267,112 @@ def test_the_library_refuses_a_device_this_machine_lacks(tmp_path):
             scoring.from_pretrained("delta-rnn-ptb", device=device)
         with pytest.raises(ClassificationError, match=f"device '{device}'"):
             TextClassifier.from_pretrained("sr-lstm-p-imdb", device=device)
+
+
+# ------------------------------------------------------------------------------------------- writes (item 3)
+def _dsf(args: list[str], cwd: Path, preexec=None, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "dsf_lightning.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=cwd, preexec_fn=preexec)
+
+
+def _full_disk_at(size: int):
+    """In the child: files it writes cannot grow past ``size`` bytes (EFBIG, as a full disk's ENOSPC)."""
+    import resource
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+@pytest.mark.slow
+def test_dsf_export_onnx_never_leaves_a_broken_file_where_a_good_one_was(tmp_path):
+    """The bundled model exported to ONNX, then exported again onto it with the disk full after 1 MB: exit 2, one
+    line, the first file byte-identical and no temporary left (before: the graph was saved in place, leaving a
+    truncated .onnx)."""
+    pytest.importorskip("onnxscript")
+    done = _dsf(["export", "delta-rnn-ptb", "model.onnx", "--format", "onnx", "--no-check"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    good = (tmp_path / "model.onnx").read_bytes()
+    assert len(good) > 10**7
+    done = _dsf(["export", "delta-rnn-ptb", "model.onnx", "--format", "onnx", "--no-check"], tmp_path,
+                preexec=_full_disk_at(10**6))
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_error_line(done.stderr, "export")
+    assert "File too large" in line, line
+    assert (tmp_path / "model.onnx").read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_dsf_export_refuses_an_output_that_would_replace_its_source(tmp_path, capsys):
+    """An ONNX output inside the source model folder (it replaced the weights), onto the source checkpoint, or a
+    folder output holding the checkpoint (replaced whole): refused before anything is read or written, the
+    files byte-identical."""
+    import shutil
+
+    from dsf_lightning.hub.registry import resolve
+
+    folder = tmp_path / "model"
+    shutil.copytree(resolve("delta-rnn-ptb"), folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    run = tmp_path / "run"
+    run.mkdir()
+    ckpt = run / "last.ckpt"
+    ckpt.write_bytes(b"a checkpoint of the user's")
+    cases = [
+        (["export", str(folder), str(folder / "model.safetensors"), "--format", "onnx"], "is inside the source model folder"),
+        (["export", str(folder), str(folder), "--format", "onnx"], "is the source"),
+        (["export", "delta-rnn-ptb", str(resolve("delta-rnn-ptb") / "model.safetensors"), "--format", "onnx"],
+         "is inside the source model folder"),
+        (["export", str(ckpt), str(ckpt), "--format", "onnx"], "is the source"),
+        (["export", str(ckpt), str(run)], "holds the source"),
+        (["export", str(ckpt), str(tmp_path)], "holds the source"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        line = one_error_line(capsys.readouterr().err, "export")
+        assert message in line and "write it elsewhere" in line, (argv, line)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert ckpt.read_bytes() == b"a checkpoint of the user's" and sorted(p.name for p in run.iterdir()) == ["last.ckpt"]
+
+
+def test_the_prediction_writer_replaces_only_a_file_it_was_told_to(tmp_path):
+    """``TokenLogprobWriter(output)`` (a recipe's callback, or the default predictions.jsonl) onto an existing
+    file: refused before anything is scored, the file byte-identical (before: replaced); with ``overwrite=True``
+    (dsf predict --predict_output on the command line) it is replaced, through a temporary sibling."""
+    import lightning as L
+    import torch
+
+    from dsf_lightning.training.prediction import PredictionOutputError, TokenLogprobWriter
+    from tests.training.conftest import make_toy_corpus, toy_modules
+
+    corpus = make_toy_corpus()
+    out = tmp_path / "mine.txt"
+    out.write_bytes(b"the user's own file\n")
+
+    def predict(writer):
+        torch.manual_seed(0)
+        module, data = toy_modules(corpus, eval_batch_size=2)
+        trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, callbacks=[writer],
+                            default_root_dir=str(tmp_path / "run"))
+        trainer.predict(module, data, return_predictions=False)
+
+    with pytest.raises(PredictionOutputError, match=r"mine\.txt exists and is not replaced: name it on the command line"):
+        predict(TokenLogprobWriter(out))
+    assert out.read_bytes() == b"the user's own file\n"
+    (tmp_path / "run").mkdir()
+    default = tmp_path / "run" / "predictions.jsonl"
+    default.write_bytes(b"kept\n")
+    with pytest.raises(PredictionOutputError):
+        predict(TokenLogprobWriter())
+    assert default.read_bytes() == b"kept\n"
+    predict(TokenLogprobWriter(out, overwrite=True))
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 2 * (400 // 2 - 1) and set(rows[0]) == {"token", "id", "logprob", "surprisal", "position"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt", "run"]  # no temporary left beside it
+    with pytest.raises(ValueError, match="overwrite must be true or false"):
+        TokenLogprobWriter(out, overwrite="yes")
