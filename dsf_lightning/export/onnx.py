@@ -153,6 +153,8 @@ def to_onnx(
     """
     _check_exporter()
     path = Path(path)
+    if path.is_dir():
+        raise ExportError(f"the output {path} is a folder: give the .onnx file to write, e.g. {path / 'model.onnx'}")
     source = _as_model(model_or_folder, path)
     if next(source.parameters()).dtype != torch.float32:
         raise ExportError(

@@ -335,6 +335,9 @@ def test_dsf_export_refuses_an_output_that_would_replace_its_source(tmp_path, ca
         assert main(argv) == 2, argv
         line = one_error_line(capsys.readouterr().err, "export")
         assert message in line and "write it elsewhere" in line, (argv, line)
+    assert main(["export", str(folder), str(run), "--format", "onnx"]) == 2  # a folder where the .onnx file goes
+    line = one_error_line(capsys.readouterr().err, "export")
+    assert f"the output {run} is a folder: give the .onnx file to write" in line, line
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert ckpt.read_bytes() == b"a checkpoint of the user's" and sorted(p.name for p in run.iterdir()) == ["last.ckpt"]
 
