@@ -117,6 +117,13 @@ def _open(path: Path, decompress: bool):
         raise TextFileError(f"cannot read {path}: {err.strerror or err}") from None
 
 
+def _too_long(path: Path, lineno: int, max_line: int) -> LineTooLongError:
+    return LineTooLongError(
+        f"{path} line {lineno} is longer than {max_line:,} bytes and this model's tokenizer cannot read a line in "
+        "parts; split the document into lines", path, lineno, max_line,
+    )
+
+
 def iter_file_parts(path: str | os.PathLike | BinaryIO, *, cut: str | None, progress: bool = False, limit: int = READ_LIMIT,
                     max_line: int = MAX_LINE_BYTES, decompress: bool = False, desc: str = "reading") -> Iterator[Part]:
     """A UTF-8 file as ``(text, where, last)`` parts, lazily, in memory bounded by ``limit`` whatever the file
@@ -180,6 +187,8 @@ binary file (standard input: ``sys.stdin.buffer``); it is closed at the end. ``p
             start = 0
             while (nl := buf.find(b"\n", start)) >= 0:
                 end = nl - 1 if nl > start and buf[nl - 1] == 0x0D else nl
+                if cut is None and end - start > max_line:  # a line held whole: the cap is exact
+                    raise _too_long(path, lineno, max_line)
                 yield _decode(buf[start:end], path, pos + start, lineno), f"{path} line {lineno}", True
                 start = nl + 1
                 lineno += 1
@@ -200,10 +209,7 @@ binary file (standard input: ``sys.stdin.buffer``); it is closed at the end. ``p
                     yield LongWord(_decode(buf[:head], path, pos, lineno)), f"{path} line {lineno}", False
                     end, skipping = (after.start(), False) if after else (len(buf), True)
                 elif len(buf) > max_line:
-                    raise LineTooLongError(
-                        f"{path} line {lineno} is longer than {max_line:,} bytes and this model's tokenizer "
-                        "cannot read a line in parts; split the document into lines", path, lineno, max_line,
-                    )
+                    raise _too_long(path, lineno, max_line)
                 else:
                     break
                 started = True

@@ -379,3 +379,17 @@ def test_the_prediction_writer_replaces_only_a_file_it_was_told_to(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt", "run"]  # no temporary left beside it
     with pytest.raises(ValueError, match="overwrite must be true or false"):
         TokenLogprobWriter(out, overwrite="yes")
+
+
+def test_the_line_cap_of_a_reader_that_cannot_cut_is_exact(tmp_path):
+    """``cut=None`` (classify's texts): a line of ``max_line`` bytes passes, one byte more is refused, whether the
+    newline arrives in the same read as the line's end or later (before: up to ``max_line + limit`` passed)."""
+    from dsf_lightning.data.textfile import LineTooLongError, iter_file_parts
+
+    path = tmp_path / "lines.txt"
+    for size, limit in ((100, 64), (100, 1000), (130, 64)):
+        path.write_bytes(b"ok\n" + b"a" * size + b"\r\nok\n")
+        assert [t for t, _, _ in iter_file_parts(path, cut=None, limit=limit, max_line=size)] == ["ok", "a" * size, "ok"]
+        with pytest.raises(LineTooLongError, match=f"line 2 is longer than {size - 1} bytes") as err:
+            list(iter_file_parts(path, cut=None, limit=limit, max_line=size - 1))
+        assert (err.value.lineno, err.value.limit) == (2, size - 1)
