@@ -290,9 +290,9 @@ def _full_disk_at(size: int):
 
 @pytest.mark.slow
 def test_dsf_export_onnx_never_leaves_a_broken_file_where_a_good_one_was(tmp_path):
-    """The bundled model exported to ONNX, then exported again onto it with the disk full after 1 MB: exit 2, one
-    line, the first file byte-identical and no temporary left (before: the graph was saved in place, leaving a
-    truncated .onnx)."""
+    """The bundled model exported to ONNX, then exported again onto it with the disk full after 1 MB (exit 2, one
+    line), and once more with a check that fails: the first file byte-identical and no temporary left (before:
+    the graph was saved in place, leaving a truncated .onnx, or one that failed its check)."""
     pytest.importorskip("onnxscript")
     done = _dsf(["export", "delta-rnn-ptb", "model.onnx", "--format", "onnx", "--no-check"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -303,6 +303,13 @@ def test_dsf_export_onnx_never_leaves_a_broken_file_where_a_good_one_was(tmp_pat
     assert done.returncode == 2, done.stderr[-3000:]
     line = one_error_line(done.stderr, "export")
     assert "File too large" in line, line
+    assert (tmp_path / "model.onnx").read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    pytest.importorskip("onnxruntime")
+    from dsf_lightning.export.onnx import ExportError, to_onnx
+
+    with pytest.raises(ExportError, match="onnxruntime differs from PyTorch"):  # a graph that fails its check
+        to_onnx("delta-rnn-ptb", tmp_path / "model.onnx", atol=-1.0)
     assert (tmp_path / "model.onnx").read_bytes() == good
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
 
