@@ -392,7 +392,9 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
 
                 if not any(isinstance(c, TokenLogprobWriter) for c in callbacks):
                     output = self._get(self.config_init, "predict_output", default=None)
-                    kwargs["callbacks"] = [*callbacks, TokenLogprobWriter(output)]
+                    # an existing file is replaced only when the command line itself names it, never a recipe
+                    named = any(str(a) == "--predict_output" or str(a).startswith("--predict_output=") for a in argv)
+                    kwargs["callbacks"] = [*callbacks, TokenLogprobWriter(output, overwrite=named)]
             _early_stopping_after_validation(callbacks)
             return super().instantiate_trainer(**kwargs)
 

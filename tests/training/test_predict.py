@@ -88,6 +88,16 @@ def test_dsf_predict_writes_one_line_per_test_token_summing_to_the_test_loss(tmp
     assert [r["token"] for r in rows] == "cat sat on a mat <eos> the dog ran far away home <eos>".split()
     assert [r["position"] for r in rows] == list(range(1, 14))
 
+    # an existing output named by --predict_output on the command line is the user's choice: replaced
+    assert main(["predict", *base, "--ckpt_path", str(ckpt), "--predict_output", str(out_file)]) == 0
+    assert len(read_jsonl(out_file)) == count
+    # the same name from a config file is not: the file stays byte-identical and the command says what to do
+    before = out_file.read_bytes()
+    recipe = tmp_path / "predict.yaml"
+    recipe.write_text(f"predict_output: {out_file.name}\n", encoding="utf-8")
+    assert main(["predict", *base, "--config", str(recipe), "--ckpt_path", str(ckpt)]) == 2
+    assert out_file.read_bytes() == before
+
 
 def test_predict_without_an_output_option_writes_to_the_run_folder(tmp_path, monkeypatch, capsys):
     from tests.reliability.conftest import write_text_folder
