@@ -282,7 +282,14 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
     from ..training.checkpoint_io import AtomicCheckpointIO, check_checkpoint_file
     from ..training.datamodule import LanguageModelDataModule
     from ..training.guards import check_trainer_counts
-    from ..training.recipe_guard import check_checkpoint, check_parsed_config, check_paths, force_weights_only, guarded
+    from ..training.recipe_guard import (
+        check_checkpoint,
+        check_parsed_config,
+        check_paths,
+        command_line_values,
+        force_weights_only,
+        guarded,
+    )
     from .saved_config import SafeSaveConfigCallback, config_inputs
 
     task_mode = is_task_recipe(argv)
@@ -393,7 +400,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
                 if not any(isinstance(c, TokenLogprobWriter) for c in callbacks):
                     output = self._get(self.config_init, "predict_output", default=None)
                     # an existing file is replaced only when the command line itself names it, never a recipe
-                    named = any(str(a) == "--predict_output" or str(a).startswith("--predict_output=") for a in argv)
+                    named = any(key == "predict_output" for key, _ in command_line_values(argv))
                     kwargs["callbacks"] = [*callbacks, TokenLogprobWriter(output, overwrite=named)]
             _early_stopping_after_validation(callbacks)
             return super().instantiate_trainer(**kwargs)
