@@ -9,16 +9,19 @@ Public API: :func:`from_pretrained` (a :class:`Scorer` for a language model, a :
 text classifier: the folder says which), :func:`list_models` (published models), the cell registry
 (:func:`list_cells`, :func:`get_cell`, :func:`register_cell`), the model
 (:class:`LMConfig`, :class:`RecurrentLM`), training (:class:`LanguageModelModule`,
-:class:`LanguageModelDataModule`) and corpora (:func:`load_corpus`, :func:`list_corpora`). The heavy
-parts (Lightning, the hub client) are imported on first use.
+:class:`LanguageModelDataModule`) and corpora (:func:`load_corpus`, :func:`list_corpora`). Every part
+(torch, Lightning, the hub client) is imported on first use.
 """
 
 from importlib import import_module
 
 from ._version import __version__
-from .cells import get_cell, list_cells, register_cell
 
+# Everything is imported on first use, the cells (torch) too: `dsf --help` and `import dsf_lightning` stay fast
 _LAZY = {
+    "get_cell": "dsf_lightning.cells",
+    "list_cells": "dsf_lightning.cells",
+    "register_cell": "dsf_lightning.cells",
     "from_pretrained": "dsf_lightning.auto",
     "Scorer": "dsf_lightning.scoring",
     "ScoringError": "dsf_lightning.scoring",

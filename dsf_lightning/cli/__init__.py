@@ -54,8 +54,11 @@ COMMANDS: dict[str, Command] = {
 assert set(LIGHTNING_COMMANDS) == {name for name, c in COMMANDS.items() if c.adder is None}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of every command of :data:`COMMANDS` (the LightningCLI ones only listed)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of every command of :data:`COMMANDS` (the LightningCLI ones only listed).
+
+    ``only``: the command whose module is imported for its full parser; the others are listed by name and help
+    alone, so ``dsf --help`` (``only`` unknown) imports none of them, torch included."""
     parser = argparse.ArgumentParser(
         prog="dsf",
         description="dsf-lightning: train, score and list Differential State Framework language models. "
@@ -63,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
-        if command.adder is None:  # listed for `dsf --help`; main() hands the command line to LightningCLI
+        if command.adder is None or (only is not None and name != only):
+            # listed for `dsf --help`; main() hands a LightningCLI command line to LightningCLI
             commands.add_parser(name, help=command.help, add_help=False)
             continue
         adder = getattr(import_module(f".{command.module}", __name__), command.adder)
@@ -78,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .lightning import run
 
         return run(argv)
-    parser = build_parser()
+    first = next((arg for arg in argv if not arg.startswith("-")), "")
+    parser = build_parser(only=first if first in COMMANDS else "")
     args, extra = parser.parse_known_args(argv)
     if extra:  # only `dsf reproduce` passes unknown options on (to the LightningCLI of every row)
         if not getattr(args, "passes_overrides", False):
