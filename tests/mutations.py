@@ -17,7 +17,7 @@ if that file changed meanwhile the harness undoes only its own replacement (or s
 
 Not collected by pytest (not a ``test_*.py`` file); ``tests/test_mutations_round2.py`` checks that every
 mutation still applies (its text is still in its file) and that its tests exist. A new paper feature gets a
-line here: the file, the careless change, the test that catches it (README, "Contributing: the mutation habit").
+line here: the file, the careless change, the test that catches it (docs/contributing.md, "The mutation habit").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The package's imports go one way (issue 14): every import between top-level units, function-level ones
-included, points down the layering written in the README's "Layout" section, so there is no import cycle.
+included, points down the layering written in the "Layout" section of docs/contributing.md, so there is no import cycle.
 
 The imports are read from the source (``ast``), not from ``sys.modules``: an import hidden inside a function
 counts as much as one at the top of a file.
@@ -131,13 +131,13 @@ def unit_edges() -> list[tuple[str, str, str]]:
 def test_every_top_level_unit_has_a_layer():
     units = {unit_of(module_name(p)) for p in PACKAGE.rglob("*.py")}
     missing = sorted(units - set(RANK))
-    assert not missing, f"top-level units without a layer: {missing}; add them to LAYERS here and to the README's Layout"
+    assert not missing, f"top-level units without a layer: {missing}; add them to LAYERS here and to the Layout of docs/contributing.md"
 
 
 def test_imports_only_go_down_the_layering():
     upward = [f"{where}: {a} imports {b}" for a, b, where in unit_edges()
               if a in RANK and b in RANK and RANK[b] >= RANK[a]]
-    assert not upward, "imports against the layering (README, Layout):\n" + "\n".join(upward)
+    assert not upward, "imports against the layering (docs/contributing.md, Layout):\n" + "\n".join(upward)
 
 
 def test_no_import_cycle_between_top_level_units():

@@ -191,7 +191,7 @@ def test_generation_logprobs_are_the_models_at_temperature_one_without_filtering
 
 # -- the harness (tests/mutations.py) stays applicable -----------------------------------------------------
 def test_every_mutation_of_the_harness_still_applies_and_names_existing_tests():
-    """A refactor that moves a mutated line must move its mutation too (README, "Contributing: the mutation
+    """A refactor that moves a mutated line must move its mutation too (docs/contributing.md, "The mutation
     habit"): each text is in its file exactly once, and each test it names exists."""
     import ast
     from pathlib import Path

@@ -142,7 +142,7 @@ def test_the_dsf_cli_refuses_a_resume_with_other_options(tmp_path, monkeypatch, 
 def test_another_number_of_processes_continues_the_same_streams(tmp_path):
     """A checkpoint of 1 process resumes on 2 (DDP on CPU, ``ddp_fork``): every rank takes its block of the
     global carried state and streams, and the run ends as the uninterrupted 1-process run does (to float
-    tolerance: without dropout, see README "Several GPUs and nodes")."""
+    tolerance: without dropout, see docs/train.md, "Several GPUs and nodes")."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from .test_lightning_training import read, run
