@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import pickle
 import re
-import zipfile
 from pathlib import Path
 
 import torch
@@ -27,21 +26,28 @@ logger = logging.getLogger(__name__)
 
 def load_checkpoint(path: Path, what: str = "LanguageModelModule") -> dict:
     """``torch.load(weights_only=True)``: tensors, numbers, strings and plain containers only."""
+    if path.is_dir():
+        near = sorted(p.relative_to(path).as_posix() for p in path.glob("**/*.ckpt"))[:5]
+        hint = f"it holds {', '.join(near)}" if near else "there is no .ckpt file in it"
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file ({hint}); give the path of one .ckpt file a run wrote")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    not_readable = f"{path}: not a readable PyTorch Lightning checkpoint"
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
-        described = found.group(0).strip() if found else str(err).splitlines()[0]
+        if not found:  # random bytes, a text file: pickle's opcode errors are no Python objects
+            raise CheckpointError(f"{not_readable} (not a torch.save file); give a .ckpt file a run wrote") from None
+        described = found.group(0).strip()
         raise CheckpointError(
             f"{path}: holds Python objects that safe (weights_only) loading refuses ({described}); dsf-lightning never "
             "unpickles arbitrary objects. If you trust the file and the type is harmless, allow it with "
             "torch.serialization.add_safe_globals([...]) and retry"
         ) from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: not a readable PyTorch Lightning checkpoint ({first}); is the file complete?") from None
+    except Exception as err:  # noqa: BLE001 - whatever torch.load raised (KeyError on a text file), it is no checkpoint
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise CheckpointError(f"{not_readable} ({type(err).__name__}: {first}); is it a .ckpt file a run wrote, and complete?") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
         keys = sorted(ckpt)[:10] if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError(

@@ -1,0 +1,42 @@
+"""Every command's foreseeable bad input is ONE line on stderr and exit 2 (dsf_lightning/cli/errors.py), run as a
+new user would run it: a subprocess of the real `dsf` entry, no traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def dsf(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dsf_lightning.cli", *args], capture_output=True, text=True, env=ENV,
+                          cwd=cwd, timeout=300)
+
+
+def one_line_error(done: subprocess.CompletedProcess, command: str) -> str:
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in done.stderr
+    errors = [line for line in lines if line.startswith(f"dsf {command}: error: ")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"hello\n", "not a readable PyTorch Lightning checkpoint"),          # a text file: torch.load's KeyError: 101
+    (bytes(range(256)) * 4, "not a readable PyTorch Lightning checkpoint"),  # random bytes, not a torch.save file
+])
+def test_export_of_a_file_that_is_no_checkpoint_says_so(tmp_path, content, expected):
+    (tmp_path / "notes.ckpt").write_bytes(content)
+    line = one_line_error(dsf("export", str(tmp_path / "notes.ckpt"), str(tmp_path / "out")), "export")
+    assert expected in line and "notes.ckpt" in line and "holds Python objects" not in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_folder_says_it_is_a_folder(tmp_path):
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "best.ckpt").write_bytes(b"")
+    line = one_line_error(dsf("export", str(tmp_path / "run"), str(tmp_path / "out")), "export")
+    assert "is a folder" in line and "checkpoints/best.ckpt" in line
