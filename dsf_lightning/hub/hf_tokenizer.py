@@ -16,35 +16,125 @@ The name ``tokenizer.json`` belongs to the ``tokenizers`` library on the Hub (``
 
 Nothing is written for the DSF subword splitter (its vowel rules are no ``tokenizers`` model), for
 ``word`` with ``lowercase`` (``tokenizers``' ``Lowercase`` maps characters one by one, Python's
-``str.lower`` handles a word-final capital sigma) or for tokenizers registered by users. The JSON is
-built here, without importing ``tokenizers`` (not a dependency); tests load it with the library and
-compare ids on PTB.
+``str.lower`` handles a word-final capital sigma) or for tokenizers registered by users.
+
+A model whose config.json names the ``ptb`` (word) or ``ptb-char`` (character, ``mode="ptb"``) text
+normalizer gets it in front of that pipeline, as a sequence of ``tokenizers`` normalizers (regex
+replacements, ``NFKD``, ``StripAccents``, ``Lowercase``), so ``Tokenizer.from_file(path).encode(raw).ids``
+gives the Scorer's ids on raw text ("The Market rose 3.5% to $1,200 on Monday."). Each sentence end inside
+a line becomes ``<eos>``, as the Scorer ends each sentence. It is exact on every line we compared (see
+tests/hub/test_hf_tokenizer.py: newswire, Tiny Shakespeare, WikiText-2, PTB); the differences left are
+edge cases a regex pipeline cannot express: an empty line gives ``[<eos>]`` there and nothing here; a
+raw ``<eos>`` written at the end of a line after a sentence end; a special such as ``<UNK>`` written in
+capitals (lowercased there, kept here); a ``ptb-char`` line already spelled out (``t h e _ c a t``), which
+the Scorer keeps as it is and ``tokenizers`` normalizes again. Other normalizers (``imdb``, registered
+ones) are not expressed: the file then reads text already normalized. The file is built with the
+``tokenizers`` library itself (a dependency).
 """
 
 from __future__ import annotations
 
 import json
 
+from ..data.normalize import _ABBREVIATIONS, _AMBIGUOUS, _PTB_CHARS, _TRANSLATE
 from ..data.tokenizers import CharTokenizer, Tokenizer, WordTokenizer
 from ..data.vocab import Vocabulary
 
 # Python's str.split() whitespace minus Rust's char::is_whitespace: the four information separators
 PY_ONLY_WHITESPACE = "[\u001c-\u001f]"
 ANY_CODE_POINT = r"[\s\S]"  # Oniguruma (tokenizers' regex engine) has no (?s); this matches every code point
+#: the text normalizers a tokenizers pipeline expresses, for the tokenizer kinds they read
+EXPRESSED = {"ptb": "word", "ptb-char": "char"}
+
+# data.normalize's PTB rules as Oniguruma regexes over whitespace-separated tokens ((?<!\S) / (?!\S): a token's
+# start / end; \K: what comes before it is matched but not replaced, since Replace writes a fixed string)
+_LEAD, _LEAD_NO_QUOTE = r"\"'`(\[{<", r"\"`(\[{<"
+_TRAIL, _TRAIL_NO_DOT = r"\"'`)\]}>,;:!?.", r"\"'`)\]}>,;:!?"
+_NUMBER = r"[+-]?(?:\d[\d,]*(?:[.:]\d+)*|\.\d+)(?:(?:\\?/|-)\d[\d,.]*)?"
+_SPECIAL = r"<[^<>\s]+>"
+_KEPT_QUOTE = r"(?!(?:s|re|ve|m|ll|d|\d0s)?[^a-z0-9\s]*(?!\S))"  # after a leading ': it is stripped, not kept
+# placeholders (no text holds them: control characters neither Python nor Rust splits on): a sentence end,
+# an abbreviation's period, a plural possessive's quote
+_END, _ABBR, _POSS = "\u0003", "\u0001", "\u0002"
 
 
-def _pipeline(tokenizer: Tokenizer) -> tuple[dict, dict] | None:
-    """``(normalizer, pre_tokenizer)`` reproducing ``tokenizer``'s split of a line, or None if none is exact."""
-    whitespace = ({"type": "Replace", "pattern": {"Regex": PY_ONLY_WHITESPACE}, "content": " "}, {"type": "WhitespaceSplit"})
+def _ptb_steps(end: str | None) -> list:
+    """tokenizers normalizers writing a raw line in data.normalize's ``ptb`` form, each sentence end inside the
+    line as ``end`` (None: left as the placeholder ``_END``)."""
+    from tokenizers import Regex
+    from tokenizers import normalizers as N
+
+    def rx(pattern: str, content: str):
+        return N.Replace(Regex(pattern), content)
+
+    plain, ambiguous = "|".join(sorted(_ABBREVIATIONS - _AMBIGUOUS)), "|".join(sorted(_AMBIGUOUS))
+    token_start = rf"(?:(?<!\S)[{_LEAD}]*|-)"  # an abbreviation's stem: after leading quotes, or the last hyphen
+    steps = [N.Replace(chr(code), text) for code, text in _TRANSLATE.items()]
+    steps += [
+        N.NFKD(), N.StripAccents(), N.Replace("--", " -- "), rx(PY_ONLY_WHITESPACE, " "),
+        rx(r"(?<!\S)N(?!\S)", "0"),  # the number symbol survives Lowercase as a number
+        # the last period of a token's trailing punctuation, after an abbreviation (u.s. / a. / mr. / no. N): kept
+        rx(rf"{token_start}(?:[A-Za-z0-9.]*\.[A-Za-z0-9.]*[A-Za-z0-9]|[A-Za-z]|(?i:{plain}))\K\.(?=[{_TRAIL_NO_DOT}]*(?!\S))", _ABBR),
+        rx(rf"{token_start}(?i:{ambiguous})\K\.(?=[{_TRAIL_NO_DOT}]*(?:\s*$|\s++[{_LEAD}]*+(?!\p{{Lu}})))", _ABBR),
+        # a sentence ends after a token whose trailing punctuation holds ! or ? or exactly one period
+        rx(rf"(?:(?<!\S)|(?<=[^\s{_TRAIL}]))(?:(?=[{_TRAIL}]*[!?])[{_TRAIL}]+|[{_TRAIL_NO_DOT}]*\.[{_TRAIL_NO_DOT}]*)(?!\S)\K", f" {_END} "),
+        N.Lowercase(),
+        # investors' keeps its quote (unless the word's leading punctuation, stripped, ends with a quote)
+        rx(rf"(?<!\S)(?![{_LEAD}]*'{_KEPT_QUOTE}[^{_LEAD}])\S*s\K'(?!\S)", _POSS),
+        # leading quotes and brackets, but not the quote of 's 're '80s or a lone ' with nothing word-like after it
+        rx(rf"(?<!\S)(?!{_SPECIAL}(?!\S))(?:[{_LEAD_NO_QUOTE}]|'{_KEPT_QUOTE})+", ""),
+        rx(rf"(?<!\S)(?!{_SPECIAL}(?!\S)|'(?!\S))\S*?\K[{_TRAIL}]+(?!\S)", ""),  # trailing punctuation
+        N.Replace(_ABBR, "."), N.Replace(_POSS, "'"),
+        rx(rf"(?<!\S)(?:[a-z]{{0,3}}\$|#)\K(?=(?:{_NUMBER}|%)(?!\S))", " "),  # $3 -> $ 3
+        rx(r"(?<=\S)\K(?=%(?!\S))", " "),
+        rx(r"(?<=\S)\K(?=n't(?!\S))", " "),  # Treebank clitics
+        rx(r"(?<=[a-z0-9])\K(?='(?:s|re|ve|m|ll|d)(?!\S))", " "),
+        rx(r"(?<=s)\K(?='(?!\S))", " "),
+        rx(r"(?<!\S)cannot(?!\S)", "can not"),
+        rx(rf"(?<!\S)(?:{_NUMBER}|%|0)(?!\S)", "N"),
+        # punctuation-only tokens dropped, but $ # & ' \* \*\* N and specials such as <unk>
+        rx(rf"(?<!\S)(?!(?:\$|#|&|'|\\\*|\\\*\\\*|N|{_SPECIAL})(?!\S))[^\sa-z0-9{_END}]+(?!\S)", ""),
+        rx(r"(?<!\\)/", r"\/"),
+        # empty sentences dropped; the line's last sentence end is the post-processor's <eos>
+        rx(rf"^(?:\s*{_END})+", ""), rx(rf"{_END}(?:\s*{_END})+", _END), rx(rf"\s*{_END}\s*$", ""),
+    ]
+    if end is not None:
+        steps.append(N.Replace(_END, f" {end} "))
+    return steps
+
+
+def _ptb_char_steps(eos: str, space: str) -> list:
+    """tokenizers normalizers writing a raw line in data.normalize's ``ptb-char`` form: the ``ptb`` form
+    spelled out (``space`` between words, characters outside PTB-char's inventory dropped)."""
+    from tokenizers import Regex
+    from tokenizers import normalizers as N
+
+    inventory = "".join("\\" + c if c in "\\-[]^" else c for c in sorted(_PTB_CHARS))
+    return [
+        *_ptb_steps(None),
+        N.Replace(Regex(rf"[^{inventory}\s{_END}]"), ""), N.Replace(Regex(r"\s+"), " "), N.Strip(),
+        N.Replace(Regex(rf"\s*{_END}\s*"), _END), N.Replace(" ", space),
+        N.Replace(Regex(r"(?<=\S)\K(?=\S)"), " "),  # every symbol a token: t h e _ c a t
+        N.Replace(_END, eos),
+    ]
+
+
+def _pipeline(tokenizer: Tokenizer, normalize: str | None) -> tuple[list, object] | None:
+    """``(normalizers, pre_tokenizer)`` reproducing ``normalize`` + ``tokenizer``'s split of a line, or None if
+    none is exact."""
+    from tokenizers import Regex
+    from tokenizers import normalizers as N
+    from tokenizers import pre_tokenizers as P
+
+    whitespace = ([N.Replace(Regex(PY_ONLY_WHITESPACE), " ")], P.WhitespaceSplit())
     if type(tokenizer) is WordTokenizer and not tokenizer.lowercase:
-        return whitespace
+        return ([*_ptb_steps(tokenizer.eos), *whitespace[0]], whitespace[1]) if normalize == "ptb" and tokenizer.eos else whitespace
     if type(tokenizer) is CharTokenizer:
         if tokenizer.mode == "ptb":
+            if normalize == "ptb-char" and tokenizer.eos:
+                return [*_ptb_char_steps(tokenizer.eos, tokenizer.space), *whitespace[0]], whitespace[1]
             return whitespace
-        return (
-            {"type": "Replace", "pattern": {"String": " "}, "content": tokenizer.space},
-            {"type": "Split", "pattern": {"Regex": ANY_CODE_POINT}, "behavior": "Isolated", "invert": False},
-        )
+        return [N.Replace(" ", tokenizer.space)], P.Split(Regex(ANY_CODE_POINT), behavior="isolated", invert=False)
     return None
 
 
@@ -56,38 +146,27 @@ def _absent(vocab: Vocabulary) -> str:
     return name
 
 
-def hf_tokenizer_json(tokenizer: Tokenizer, vocab: Vocabulary) -> str | None:
-    """The ``tokenizers``-library JSON giving exactly ``vocab.encode(tokenizer.tokenize_line(line))`` for
-    every line, or None where no ``tokenizers`` pipeline is exact (see the module docstring)."""
-    pipeline = _pipeline(tokenizer)
+def hf_tokenizer_json(tokenizer: Tokenizer, vocab: Vocabulary, normalize: str | None = None) -> str | None:
+    """The ``tokenizers``-library JSON giving ``vocab.encode(tokenizer.tokenize_line(line))`` for every line
+    (after the text normalizer ``normalize``, config.json's, where :data:`EXPRESSED` holds it), or None where
+    no ``tokenizers`` pipeline is exact (see the module docstring)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import normalizers, processors
+    from tokenizers.models import WordLevel
+
+    pipeline = _pipeline(tokenizer, normalize)
     if pipeline is None or tokenizer.eos != vocab.eos:
         return None
-    normalizer, pre_tokenizer = pipeline
-    post = None
+    steps, pre_tokenizer = pipeline
+    # a closed vocabulary (characters) has no <unk>: tokenizers then refuses an unknown symbol, as Scorer does
+    hf = HFTokenizer(WordLevel(dict(vocab.stoi), unk_token=vocab.unk if vocab.unk is not None else _absent(vocab)))
+    hf.normalizer = steps[0] if len(steps) == 1 else normalizers.Sequence(steps)
+    hf.pre_tokenizer = pre_tokenizer
+    # no added tokens: "<eos>" or "<unk>" written inside a word must stay part of that word, as here
     if tokenizer.eos is not None:
         eos = tokenizer.eos
-        special = {"SpecialToken": {"id": eos, "type_id": 0}}
-        post = {
-            "type": "TemplateProcessing",
-            "single": [{"Sequence": {"id": "A", "type_id": 0}}, special],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, special,
-                     {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": eos, "type_id": 1}}],
-            "special_tokens": {eos: {"id": eos, "ids": [vocab.eos_id], "tokens": [eos]}},
-        }
-    document = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        # no added tokens: "<eos>" or "<unk>" written inside a word must stay part of that word, as here
-        "added_tokens": [],
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": post,
-        "decoder": None,
-        # a closed vocabulary (characters) has no <unk>: tokenizers then refuses an unknown symbol, as Scorer does
-        "model": {"type": "WordLevel", "vocab": dict(vocab.stoi), "unk_token": vocab.unk if vocab.unk is not None else _absent(vocab)},
-    }
-    return json.dumps(document, ensure_ascii=False, indent=None)
+        hf.post_processor = processors.TemplateProcessing(single=f"$A {eos}", pair=f"$A {eos} $B:1 {eos}:1", special_tokens=[(eos, vocab.eos_id)])
+    return hf.to_str()
 
 
 #: the parts of a tokenizer.json that decide its ids (what :func:`hf_tokenizer_json` writes for them)
@@ -95,12 +174,16 @@ ID_FIELDS = ("normalizer", "pre_tokenizer", "post_processor", "added_tokens")
 PROBE_SYMBOLS = 500  # vocabulary symbols, evenly spaced, in the probe text
 
 
-def hf_tokenizer_mismatch(document, tokenizer: Tokenizer, vocab: Vocabulary) -> str | None:
+def hf_tokenizer_mismatch(document, tokenizer: Tokenizer, vocab: Vocabulary, normalize: str | None = None) -> str | None:
     """Why the parsed tokenizer.json ``document`` would not give the ids ``tokenizer`` + ``vocab`` give (None:
     it does): every token must have the vocabulary's id (a permuted vocabulary is caught whatever checksums say),
-    the pipeline must be the exact one :func:`hf_tokenizer_json` writes, and where the ``tokenizers`` library is
-    installed a probe text (vocabulary symbols and an unknown word) must encode to the same ids."""
-    expected = hf_tokenizer_json(tokenizer, vocab)
+    the pipeline must be the exact one :func:`hf_tokenizer_json` writes (with config.json's text normalizer
+    ``normalize``, or without it: folders written before it was carried), and a probe text (vocabulary
+    symbols and an unknown word) must encode to the same ids."""
+    expected = hf_tokenizer_json(tokenizer, vocab, normalize)
+    legacy = expected is not None and normalize in EXPRESSED and isinstance(document, dict)
+    if legacy and document.get("normalizer") != json.loads(expected)["normalizer"]:
+        expected = hf_tokenizer_json(tokenizer, vocab)  # an older folder: its file reads normalized text
     if expected is None:
         return f"no tokenizers pipeline reproduces a {tokenizer.name!r} tokenizer, so no such file belongs to the model"
     expected = json.loads(expected)
@@ -123,10 +206,7 @@ def hf_tokenizer_mismatch(document, tokenizer: Tokenizer, vocab: Vocabulary) -> 
 
 def _probe_mismatch(document: dict, tokenizer: Tokenizer, vocab: Vocabulary) -> str | None:
     """The ids of a probe text through the ``tokenizers`` library against ours, where it is installed."""
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-    except ImportError:  # not a dependency: the checks above already pin every id
-        return None
+    from tokenizers import Tokenizer as HFTokenizer
     specials = {vocab.eos, vocab.unk}
     symbols = [s for s in vocab.symbols if s not in specials and s.strip() == s and s]
     step = max(1, len(symbols) // PROBE_SYMBOLS)
@@ -136,6 +216,8 @@ def _probe_mismatch(document: dict, tokenizer: Tokenizer, vocab: Vocabulary) -> 
     except ValueError:  # a closed vocabulary without the probe's unknown word: probe its symbols only
         probe = probe.rsplit(" ", 1)[0]
         ours = vocab.encode(tokenizer.tokenize_line(probe))
+    # the normalizer is pinned above (the exact one); the probe, text already normalized, checks the rest
+    document = {**document, "normalizer": None} if (document.get("normalizer") or {}).get("type") == "Sequence" else document
     try:
         theirs = HFTokenizer.from_str(json.dumps(document)).encode(probe).ids
     except Exception as err:  # noqa: BLE001 - whatever the library refuses, the file does not give our ids

@@ -166,7 +166,7 @@ def save_pretrained(
     tensors, metadata = weights_for_saving(pretrained.model, dtype)
     normalize = _check_normalize(pretrained.normalize)
     snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info, normalize)
-    hf_tokenizer = hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab)
+    hf_tokenizer = hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab, normalize)
 
     texts = {VOCAB_FILE: pretrained.vocab.to_json(), DSF_TOKENIZER_FILE: pretrained.tokenizer.to_json()}
     if hf_tokenizer is not None:
@@ -253,14 +253,14 @@ def _check_identity(folder: Path, config: dict, tokenizer: Tokenizer, vocab: Voc
                     f"differ from {CONFIG_FILE}'s fingerprint (the file was swapped or edited)")
 
 
-def _check_hf_tokenizer(path: Path, data: bytes, tok_path: Path, tokenizer: Tokenizer, vocab: Vocabulary) -> None:
+def _check_hf_tokenizer(path: Path, data: bytes, tok_path: Path, tokenizer: Tokenizer, vocab: Vocabulary, normalize=None) -> None:
     """tokenizer.json (``data``, checksum already checked) gives the ids of our tokenizer (``tok_path``) and the
     vocabulary: its checksum proves only that config.json was rehashed with it (a permuted vocabulary)."""
     try:
         document = loads_bounded(data.decode("utf-8"))
     except (UnicodeDecodeError, JSONLimitError) as err:
         raise _fail(path, f"is not valid UTF-8 JSON ({err})") from None
-    problem = hf_tokenizer_mismatch(document, tokenizer, vocab)
+    problem = hf_tokenizer_mismatch(document, tokenizer, vocab, normalize if isinstance(normalize, str) else None)
     if problem is not None:
         raise _fail(path, f"does not give the ids of {tok_path.name} and {VOCAB_FILE}: {problem} (the file was edited "
                     "or swapped)")
@@ -354,7 +354,7 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
         raise _fail(tok_path, f"ends lines with {tokenizer.eos!r} but the vocabulary's end symbol is {vocab.eos!r}")
     _check_identity(folder, config, tokenizer, vocab)
     if HF_TOKENIZER_FILE in served:
-        _check_hf_tokenizer(folder / HF_TOKENIZER_FILE, served[HF_TOKENIZER_FILE], tok_path, tokenizer, vocab)
+        _check_hf_tokenizer(folder / HF_TOKENIZER_FILE, served[HF_TOKENIZER_FILE], tok_path, tokenizer, vocab, config.get("normalize"))
 
     # the model config.json describes, built once its shapes match the weights' header: nothing config.json
     # alone says is allocated

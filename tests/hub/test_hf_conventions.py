@@ -1,0 +1,116 @@
+"""Issue 35, Hugging Face conventions: a folder's ``tokenizer.json`` is written by the ``tokenizers`` library
+and carries the model's text normalizer, so ``tokenizers.Tokenizer.from_file(path).encode(raw).ids`` gives
+the Scorer's ids on raw text (capitals, digits, punctuation); the character model's file reads plain text."""
+
+import os
+from pathlib import Path
+
+import pytest
+import tokenizers
+
+import dsf_lightning
+from dsf_lightning.data.normalize import get_normalizer
+from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub.hf_tokenizer import hf_tokenizer_json
+from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
+from dsf_lightning.scoring import Scorer
+
+from .conftest import rehash
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLED = Path(dsf_lightning.__file__).parent / "pretrained"
+DATA_ROOT = Path(os.environ.get("DSF_DATA_ROOT", ROOT.parent / "shared" / "data"))
+ISSUE = "The Market rose 3.5% to $1,200 on Monday."
+RAW = [
+    ISSUE,
+    "Mr. Smith didn't go. He said no! Investors' shares rose; Consolidated Freight Corp. fell 4% (to $12.5 million).",
+    "U.S. officials, Dr. Jones and Gov. Brown said the 1980s were \"good\" -- really... for 30-year bonds?",
+    "I can't; it's 3:30 p.m. and I won't wait. The rate was 1/2 point, US$3 or #5 and/or more.",
+    "\u201cCaf\u00e9 na\u00efve\u201d \u2014 she said \u2018no\u2019. Then Wash. Ore. and No. 5 fell. 'Tis the '80s' end.",
+    "Question?! Yes. . . No.. <unk> and N and \u00a3200, cannot & will 13th.",
+]
+
+
+def scorer_ids(pretrained, line):
+    """What the Scorer reads for a raw line: each normalized sentence, tokenized with its <eos>."""
+    normalizer = get_normalizer(pretrained.normalize)
+    return [i for s in normalizer.normalize_line(line) for i in pretrained.vocab.encode(pretrained.tokenizer.tokenize_line(s))]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The bundled word and character models, saved again (as `dsf export` and save_pretrained write them)."""
+    out = tmp_path_factory.mktemp("reexported")
+    return {name: save_pretrained(load_pretrained(BUNDLED / name), out / name, dtype="float16") for name in ("delta-rnn-ptb", "delta-rnn-ptb-char")}
+
+
+def test_the_word_models_tokenizer_json_gives_the_scorers_ids_on_raw_text(exported):
+    folder = exported["delta-rnn-ptb"]
+    hf = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    pretrained = load_pretrained(folder)
+    ids = hf.encode(ISSUE).ids
+    assert pretrained.vocab.unk_id not in ids  # it was 6 of 9 tokens before the normalizer was carried
+    assert ids == scorer_ids(pretrained, ISSUE)
+    assert hf.encode(ISSUE).tokens == ["the", "market", "rose", "N", "N", "to", "$", "N", "on", "monday", "<eos>"]
+    for line in RAW:
+        assert hf.encode(line).ids == scorer_ids(pretrained, line), line
+    # the Scorer itself reads the same ids
+    scorer = Scorer(pretrained)
+    assert [t for s in scorer.text_lines(ISSUE) for t in pretrained.tokenizer.tokenize_line(s)] == hf.encode(ISSUE).tokens
+
+
+@pytest.mark.corpus
+def test_the_word_normalizer_agrees_on_raw_corpora(exported):
+    """Newswire, Tiny Shakespeare and WikiText-2 lines (4,000+ lines with capitals, digits, punctuation):
+    every one gives the Scorer's ids (the differences left, in hub/hf_tokenizer.py's docstring, are edge cases)."""
+    folder = exported["delta-rnn-ptb"]
+    hf = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    pretrained = load_pretrained(folder)
+    sources = [ROOT / "tests" / "assets" / "newswire.txt", DATA_ROOT / "tinyshakespeare" / "input.txt", DATA_ROOT / "wikitext2" / "wiki.valid.tokens"]
+    if not all(p.is_file() for p in sources):
+        pytest.skip("raw corpora not under DSF_DATA_ROOT")
+    lines = [line for p in sources for line in p.read_text(encoding="utf-8").splitlines()[:3000] if line.strip()]
+    theirs = [e.ids for e in hf.encode_batch(lines)]
+    differ = [line for line, ids in zip(lines, theirs) if ids != scorer_ids(pretrained, line)]
+    assert len(lines) > 4000 and differ == []
+
+
+def test_the_character_models_tokenizer_json_reads_plain_text(exported):
+    folder = exported["delta-rnn-ptb-char"]
+    hf = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    pretrained = load_pretrained(folder)
+    assert hf.encode("the market").tokens == ["t", "h", "e", "_", "m", "a", "r", "k", "e", "t", "<eos>"]
+    for line in ["the market", *RAW]:
+        assert hf.encode(line).ids == scorer_ids(pretrained, line), line
+
+
+def test_a_folder_without_the_normalizer_still_loads_and_a_wrong_one_is_refused(exported, tmp_path):
+    """Folders exported before the normalizer was carried (their tokenizer.json reads normalized text) load;
+    a tokenizer.json whose normalizer is neither is refused even with config.json rehashed."""
+    import json
+    import shutil
+
+    folder = shutil.copytree(exported["delta-rnn-ptb"], tmp_path / "old")
+    pretrained = load_pretrained(folder)
+    (folder / "tokenizer.json").write_text(hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab), encoding="utf-8")
+    rehash(folder)
+    assert load_pretrained(folder).vocab.stoi == pretrained.vocab.stoi
+    document = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    document["normalizer"] = {"type": "Lowercase"}
+    (folder / "tokenizer.json").write_text(json.dumps(document), encoding="utf-8")
+    rehash(folder)
+    with pytest.raises(PretrainedFormatError, match="its normalizer is not the one"):
+        load_pretrained(folder)
+
+
+def test_the_differences_left_are_the_documented_ones(exported):
+    """What a regex pipeline cannot express (hub/hf_tokenizer.py's docstring): an empty line is [<eos>] there and
+    nothing for the Scorer; a ptb-char line already spelled out is kept as it is by the Scorer, normalized again
+    there. If one of these starts to agree, update the docstring and this test."""
+    word = tokenizers.Tokenizer.from_file(str(exported["delta-rnn-ptb"] / "tokenizer.json"))
+    char = tokenizers.Tokenizer.from_file(str(exported["delta-rnn-ptb-char"] / "tokenizer.json"))
+    pretrained = load_pretrained(exported["delta-rnn-ptb-char"])
+    assert word.encode("").tokens == ["<eos>"] and scorer_ids(pretrained, "") == []
+    spelled = "t h e _ c a t"
+    assert scorer_ids(pretrained, spelled) == pretrained.vocab.encode(spelled.split() + ["<eos>"])
+    assert char.encode(spelled).tokens == ["t", "_", "h", "_", "e", "_", "c", "_", "a", "_", "t", "<eos>"]  # each symbol a word
