@@ -130,18 +130,13 @@ def write_atomic(path: str | os.PathLike, content: Content, *, mode: int | None 
 
 @contextmanager
 def file_lock(path: str | os.PathLike) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``path`` (a lock file, created if missing) for the ``with`` block, so
-    processes that read, change and rewrite a shared file take turns; a no-op where ``fcntl`` is missing."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
+    """Hold an exclusive lock on ``path`` (a lock file, created if missing) for the ``with`` block, so processes
+    that read, change and rewrite a shared file take turns. ``filelock`` (a dependency of huggingface_hub and
+    torch) does it on every platform (the hand-written ``fcntl`` lock was a no-op on Windows) and, one lock
+    object per path, lets a block already holding it take it again instead of deadlocking."""
+    from filelock import FileLock
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with FileLock(path, is_singleton=True):
+        yield
