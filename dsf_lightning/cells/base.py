@@ -27,6 +27,7 @@ import abc
 import functools
 import inspect
 import math
+import weakref
 from fractions import Fraction
 from functools import partial
 from itertools import repeat
@@ -35,10 +36,14 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_bool
+from ..ops.cuda_graph import WindowGraphs, window_path
 from ..ops.fast_linear import SequenceLinear, fast_linear
 from ..ops.one_hot import one_hot, one_hot_linear
 
 State = tuple[Tensor, ...]
+#: each cell's captured CUDA graphs (weak keys: they go with the cell, and copies of a cell start without)
+_WINDOW_GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: a cell's ``implementation``: its fast whole-sequence path, or the plain step loop it is tested against
 IMPLEMENTATIONS = ("fast", "reference")
 MaybeMasks = "tuple[Tensor | None, ...] | None"
@@ -244,6 +249,20 @@ class RecurrentCell(nn.Module, abc.ABC):
 
     _implementation: str = "fast"
 
+    @property
+    def cuda_graphs(self) -> bool:
+        """On a CUDA device, whether a training window of the fast path runs as a captured CUDA graph
+        (True, the default: :mod:`dsf_lightning.ops.cuda_graph`, captured once per input shape and replayed
+        every window); False opts out (``cell_options: {cuda_graphs: false}``, accepted by every cell).
+        No effect on the CPU, in evaluation, under autocast or with ``implementation="reference"``."""
+        return self._cuda_graphs
+
+    @cuda_graphs.setter
+    def cuda_graphs(self, value: bool) -> None:
+        self._cuda_graphs = check_bool("cuda_graphs", value, CellOptionError)
+
+    _cuda_graphs: bool = True
+
     def jacobian_norm(self, new_state: State | None = None) -> Tensor:
         """``||d h_t / d h_(t-1)||_F^2`` in closed form, ``h`` the state at ``recurrent_state_index`` and
         every other state tensor held fixed (the Sobolev penalty of the SCRN paper, sec. 7, eq. 10): per
@@ -322,7 +341,23 @@ class RecurrentCell(nn.Module, abc.ABC):
             x = self.one_hot_vectors(x)
         if self._implementation == "reference":
             return self.forward_reference(x, state, state_masks)
+        if x.dim() >= 2 and x.shape[1] > 0 and self.window_path(x) == "cuda-graph":
+            if state is None:
+                state = self.init_state(x.shape[0], x.device, x.dtype if x.is_floating_point() else None)
+            graphs = _WINDOW_GRAPHS.get(self)
+            if graphs is None:
+                graphs = _WINDOW_GRAPHS[self] = WindowGraphs(self, type(self).forward_fast)
+            return graphs(x, state, state_masks)
         return self.forward_fast(x, state, state_masks)
+
+    def window_path(self, x: Tensor) -> str:
+        """How :meth:`forward` runs a window of ``x`` on the fast path: ``"cuda-graph"`` or ``"eager"``
+        (:func:`~dsf_lightning.ops.cuda_graph.window_path`, :attr:`cuda_graphs`)."""
+        cuda = x.device.type == "cuda"
+        return window_path(x.device, cuda_graphs=self._cuda_graphs, training=self.training,
+                           grad_enabled=torch.is_grad_enabled(), autocast=cuda and torch.is_autocast_enabled("cuda"),
+                           capturing=cuda and torch.cuda.is_current_stream_capturing(),
+                           compiling=torch.compiler.is_compiling())
 
     def forward_fast(
         self, x: Tensor, state: State | None = None, state_masks: MaybeMasks = None

@@ -86,8 +86,9 @@ def get_cell(name: str) -> type[RecurrentCell]:
 
 SIZE_ARGUMENTS = ("input_size", "hidden_size")
 #: options every cell takes, whether or not its ``__init__`` names them: :func:`build_cell` sets them as
-#: attributes of the built cell (``implementation``: :attr:`RecurrentCell.implementation`)
-COMMON_OPTIONS = ("implementation",)
+#: attributes of the built cell (``implementation``: :attr:`RecurrentCell.implementation`; ``cuda_graphs``:
+#: :attr:`RecurrentCell.cuda_graphs`)
+COMMON_OPTIONS = ("implementation", "cuda_graphs")
 
 
 def cell_options(cls: type[RecurrentCell]) -> list[str] | None:
