@@ -24,6 +24,7 @@ class Settings:
     cell_compiled: tuple[str, ...] = ()  # cells also timed through torch.compile (run.py: delta-rnn on CUDA)
     compile_backend: str = "inductor"  # --tiny: "eager" (the code path without minutes of code generation)
     compile_mode: str = "default"  # torch.compile's mode for cell_compiled ("reduce-overhead": CUDA graphs)
+    cell_fast_path_off: bool = False  # also time every cell with its fast GPU path off (run.py: on CUDA)
     # part 2: recurrent matmul GFLOP/s against the measured peak
     flops_hidden: tuple[int, ...] = (512, 1024)
     flops_rounds: int = 5

@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if mode == "full":
             overrides["cell_hidden"] = (512, 1024)
         overrides["cell_compiled"] = ("delta-rnn",)
+        overrides["cell_fast_path_off"] = True  # issue 37: the fast GPU path on and off side by side
     if args.compile is not None:
         overrides["cell_compiled"] = args.compile
     overrides["compile_mode"] = args.compile_mode

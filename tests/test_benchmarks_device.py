@@ -84,3 +84,21 @@ def test_compile_names_cells_the_registry_knows(tmp_path):
     done = _benchmarks("--tiny", "--compile", "delta-rnn,nope", "--out", str(tmp_path))
     assert done.returncode == 2
     assert "--compile: unknown cell(s) nope" in done.stderr
+
+
+def test_part_1_times_every_cell_with_its_fast_gpu_path_on_and_off_side_by_side():
+    """What ``--device cuda`` turns on (issue 37): each cell beside its fast path off, the on/off ratio, and
+    a target per cell and H against nn.LSTM (here on the CPU, where the numbers mean nothing)."""
+    use_device(DEVICE)
+    try:
+        settings = Settings.for_mode("tiny", device=DEVICE, cell_fast_path_off=True, cell_hidden=(16, 24))
+        part = bench_cells.run(settings)
+    finally:
+        use_device("cpu")
+    rates = {r.contender for r in part.rows if r.metric == "fwd+bwd tokens/s"}
+    assert rates == {"nn.LSTM", "nn.GRU", *list_cells(), *(f"{c} (fast path off)" for c in list_cells())}
+    assert "| `delta-rnn` |" in part.markdown.split("on vs off, same run:")[1]  # the on / off table
+    goals = {t.what: t.goal for t in part.targets}
+    assert len(goals) == 2 * len(list_cells())
+    assert goals["delta-rnn fwd+bwd vs cuDNN nn.LSTM, H=16"] == ">= 0.5x"  # the issue's goals are at 512 / 1024
+    assert all(t.met in (True, False) for t in part.targets)
