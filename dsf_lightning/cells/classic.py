@@ -226,7 +226,9 @@ class LSTMCell(SequenceLoopCell):
     runs them as sequence products too.
 
     Gate blocks are stacked in the order (i, f, z, r), the same order as ``torch.nn.LSTMCell``'s
-    (i, f, g, o), so its weights copy over block for block (its two biases add up to ``b``).
+    (i, f, g, o), so its weights copy over block for block (its two biases add up to ``b``). Without
+    peepholes the equations are torch's, so the fast path is torch's fused LSTM on these parameters
+    (cuDNN on CUDA; :meth:`torch_kernel_applies`).
 
     Options:
         peepholes: ``False`` (default), ``True`` / ``"diagonal"`` (vectors ``U_i``, ``U_f``, ``U_r``)
