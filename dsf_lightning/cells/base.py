@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool
-from ..ops.cuda_graph import WindowGraphs, window_path
+from ..ops.cuda_graph import WindowGraphs, inside_window, window_path
 from ..ops.fast_linear import SequenceLinear, fast_linear
 from ..ops.one_hot import one_hot, one_hot_linear
 
@@ -356,7 +356,7 @@ class RecurrentCell(nn.Module, abc.ABC):
         cuda = x.device.type == "cuda"
         return window_path(x.device, cuda_graphs=self._cuda_graphs, training=self.training,
                            grad_enabled=torch.is_grad_enabled(), autocast=cuda and torch.is_autocast_enabled("cuda"),
-                           capturing=cuda and torch.cuda.is_current_stream_capturing(),
+                           capturing=cuda and (torch.cuda.is_current_stream_capturing() or inside_window()),
                            compiling=torch.compiler.is_compiling())
 
     def forward_fast(

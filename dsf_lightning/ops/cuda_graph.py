@@ -15,15 +15,23 @@ device stand-ins on a machine without a GPU, and the callable with its capture r
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["WindowGraphs", "window_path"]
+__all__ = ["WindowGraphs", "inside_window", "window_path"]
 
 log = logging.getLogger(__name__)
+_depth = threading.local()
+
+
+def inside_window() -> bool:
+    """Whether this thread is running a window function being warmed up or captured: a layer called from
+    inside another layer's window runs eager (its work is part of the outer graph)."""
+    return getattr(_depth, "n", 0) > 0
 
 
 def window_path(device: torch.device | str, *, cuda_graphs: bool, training: bool, grad_enabled: bool,
@@ -33,7 +41,7 @@ def window_path(device: torch.device | str, *, cuda_graphs: bool, training: bool
     Graphs by default on a CUDA device (``cuda_graphs`` True) for training windows (module in training
     mode, gradients on); never on the CPU. Evaluation runs eager (no backward to capture, and scoring
     calls come in many shapes). Not under autocast: ``make_graphed_callables`` refuses autocast's weight
-    cache, which Lightning's ``bf16-mixed`` / ``16-mixed`` keep on. Not inside another capture, nor
+    cache, which Lightning's ``bf16-mixed`` / ``16-mixed`` keep on. Not inside another capture or window, nor
     under ``torch.compile`` (it traces the window itself; ``mode="reduce-overhead"`` makes its own graphs).
     """
     if not cuda_graphs or torch.device(device).type != "cuda":
@@ -59,7 +67,11 @@ class _Window(nn.Module):
         state, given = tuple(rest[: self.n_state]), iter(rest[self.n_state:])
         masks = None if not self.mask_at else tuple(next(given) if i in self.mask_at else None
                                                     for i in range(self.n_state))
-        out, new_state = self.forward_fn(self._layer(), x, state, masks)
+        _depth.n = getattr(_depth, "n", 0) + 1
+        try:
+            out, new_state = self.forward_fn(self._layer(), x, state, masks)
+        finally:
+            _depth.n -= 1
         return (out, *new_state)
 
 

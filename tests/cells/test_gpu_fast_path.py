@@ -9,7 +9,7 @@ import torch
 
 from dsf_lightning.cells import build_cell, list_cells
 from dsf_lightning.cells.base import _WINDOW_GRAPHS, CellOptionError, SequenceLoopCell
-from dsf_lightning.ops.cuda_graph import WindowGraphs, window_path
+from dsf_lightning.ops.cuda_graph import WindowGraphs, inside_window, window_path
 
 from .test_cell_contract import CASES, build, inputs, random_state
 
@@ -114,6 +114,20 @@ def test_a_second_call_before_the_first_ones_backward_runs_eager():
     (out1.sum() + out2.sum()).backward()
     cell(x, state)[0].sum().backward()  # after the backward the graph replays again
     assert (len(captures), len(calls)) == (1, 2)
+
+
+def test_a_layer_called_inside_another_layers_window_is_part_of_its_graph():
+    seen = []
+
+    def window(layer, x, state, masks):
+        seen.append(inside_window())  # a nested RecurrentCell.window_path reads this: eager, no graph of its own
+        return type(layer).forward_fast(layer, x, state, masks)
+
+    cell = build("elman", {}, 5)
+    _WINDOW_GRAPHS[cell] = WindowGraphs(cell, window, capture=_direct)
+    cell.window_path = lambda x: "cuda-graph"
+    cell(inputs(5), random_state(cell))
+    assert seen == [True] and not inside_window()
 
 
 def test_a_capture_that_fails_leaves_the_layer_eager(caplog):
