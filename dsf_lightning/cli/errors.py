@@ -35,7 +35,8 @@ _EXPECTED_MODULES = ("dsf_lightning.hub", "dsf_lightning.data.corpora", "hugging
 #: errors (``module.Class`` prefixes) that are the user's for every command, the training ones too: reading a text
 #: file the user named (``dsf predict --data.predict_file``: binary data, invalid UTF-8, a missing file), and a
 #: prediction output that exists and was not named on the command line
-_USER_FILE_ERRORS = ("dsf_lightning.data.textfile.", "dsf_lightning.training.prediction.PredictionOutputError")
+_USER_FILE_ERRORS = ("dsf_lightning.data.textfile.", "dsf_lightning.training.prediction.PredictionOutputError",
+                     "dsf_lightning.training.finetune.FinetuneConfigError")  # and settings that do not fit --model.init_from
 
 
 class UsageError(ValueError):

@@ -386,7 +386,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
             if not any(isinstance(p, CheckpointIO) for p in plugins):
                 kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
             # NaN / inf steps skipped, non-finite weights stop the run before their checkpoint (on by default)
-            from ..training.guards import NonFiniteGuard
+            from ..training.guards import NonFiniteGuard, ValidateAtMaxSteps
 
             callbacks = kwargs.get("callbacks", config.get("callbacks"))
             callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
@@ -394,6 +394,8 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
                 isinstance(c, NonFiniteGuard) for c in callbacks
             ):
                 kwargs["callbacks"] = callbacks = [*callbacks, NonFiniteGuard()]
+            if self.subcommand == "fit" and not any(isinstance(c, ValidateAtMaxSteps) for c in callbacks):
+                kwargs["callbacks"] = callbacks = [*callbacks, ValidateAtMaxSteps()]  # a max_steps run still writes best.ckpt
             if self.subcommand == "predict" and not task_mode:  # dsf predict: per-token JSON lines
                 from ..training.prediction import TokenLogprobWriter
 
@@ -435,6 +437,8 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
 
 def run(argv: Sequence[str]) -> int:
     """``dsf fit|validate|test|predict ...`` (``argv[0]`` the subcommand) under the one error policy."""
+    from ..data.corpora.files import CorpusError
+    from ..data.vocab import VocabularyError
     from ..model import ModelConfigError
     from ..training.checkpoint_io import CheckpointLoadError, CheckpointWriteError, NonFiniteCheckpointError
     from ..training.guards import NonFiniteError
@@ -449,4 +453,4 @@ def run(argv: Sequence[str]) -> int:
     # only the recipe / checkpoint errors are the user's: a ValueError inside a training step keeps its traceback
     return report_errors(argv[0], body, UnsafeRecipeError, ResumeMismatchError, ModelConfigError, LoggerPackageError,
                          CheckpointLoadError, CheckpointWriteError, ConfigSaveError, ClusterEnvironmentError,
-                         broad=False, failures=(NonFiniteError, NonFiniteCheckpointError))
+                         CorpusError, VocabularyError, broad=False, failures=(NonFiniteError, NonFiniteCheckpointError))

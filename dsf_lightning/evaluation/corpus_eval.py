@@ -34,6 +34,18 @@ def split_file(corpus_name: str, split: str, data_root=None, corpus_options: dic
     raise CorpusError(f"no plain-text file for {corpus_name} {split} under the data root ({how}): expected {names}")
 
 
+def split_source(corpus_name: str, split: str, data_root=None, corpus_options: dict | None = None):
+    """What :func:`evaluate_on_corpus` scores for ``split``: its own file, or, for a ``text-folder`` made of
+    one file (split by lines), that split's lines."""
+    path = split_file(corpus_name, split, data_root, corpus_options)
+    spec = get_corpus_spec(corpus_name)
+    if hasattr(spec, "one_file"):
+        opts = spec.options(dict(corpus_options or {}))
+        if spec.one_file(path, opts):
+            return [line for _, _, line in spec.lines(split, [path], opts)]
+    return path
+
+
 def evaluate_on_corpus(
     pretrained: Any,
     corpus_name: str,
@@ -50,9 +62,9 @@ def evaluate_on_corpus(
     scorer = Scorer(pretrained)
     results, metrics = [], {}
     for split in splits:
-        path = split_file(corpus_name, split, data_root, corpus_options)
+        path = split_source(corpus_name, split, data_root, corpus_options)
         start = time.perf_counter()
-        doc = scorer.score_document(path)
+        doc = scorer.score_document(path, progress=True)  # a bar on a terminal only (dsf export --evaluate)
         seconds = time.perf_counter() - start
         metric, value = ("bpc", doc.bpc) if scorer.char_level else ("perplexity", doc.ppl)
         results.append({"metric": metric, "value": round(float(value), 4), "dataset": corpus_name, "split": split})

@@ -53,6 +53,8 @@ def export_checkpoint(
     if evaluate:
         from ..evaluation import evaluate_on_corpus
 
+        data_root, corpus_options = _trained_on(ckpt_path, pretrained.info["corpus"], data_root, corpus_options)
+
         round_to_storage(pretrained.model, dtype)  # evaluate the weights the folder will hold
         results, metrics = evaluate_on_corpus(
             pretrained, pretrained.info["corpus"], evaluate, data_root=data_root, corpus_options=corpus_options
@@ -68,3 +70,22 @@ def export_checkpoint(
         eval_results = [*(eval_results or []), *results]
         pretrained.info = {**pretrained.info, "metrics": {**pretrained.info.get("metrics", {}), **metrics}}
     return save_pretrained(pretrained, folder, dtype=dtype, eval_results=eval_results, card_extra=card_extra)
+
+
+def _trained_on(ckpt_path, corpus: str, data_root, corpus_options: dict | None) -> tuple:
+    """The data root and corpus options ``--evaluate`` reads: those the run trained on (recorded in the
+    checkpoint, or its config.yaml), with what the caller gives (``data_root``, ``corpus_options``) over them."""
+    from ..training.read_checkpoint import load_checkpoint, recorded_data
+
+    path = Path(ckpt_path).expanduser()
+    recorded = recorded_data(load_checkpoint(path), path)
+    if recorded.get("corpus") != corpus:
+        return data_root, corpus_options
+    options = {k: v for k, v in dict(recorded.get("corpus_options") or {}).items() if k not in _READER_OPTIONS}
+    options.update(corpus_options or {})
+    return (data_root if data_root is not None else recorded.get("data_root")), options
+
+
+#: corpus options that say how text is read (the checkpoint's vocabulary does), not where the data is
+_READER_OPTIONS = ("tokenizer", "tokenizer_options", "unk", "min_count", "max_size")
+

@@ -187,7 +187,15 @@ class LanguageModelDataModule(L.LightningDataModule):
         return self._fingerprint_cache[1]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint()}
+        """The fingerprint, and what the model reads text with (vocabulary, tokenizer, normalizer) so that
+        ``dsf export`` writes a checkpoint's folder from the checkpoint alone, never rebuilding the vocabulary."""
+        corpus = self.corpus
+        state: dict[str, Any] = {"fingerprint": self._fingerprint()}
+        tokenizer = getattr(corpus, "tokenizer", None)
+        if hasattr(corpus.vocab, "to_dict") and hasattr(tokenizer, "to_dict"):  # a Corpus (not a stand-in object)
+            normalize = (getattr(corpus, "info", None) or {}).get("normalize")
+            state["reader"] = {"vocab": corpus.vocab.to_dict(), "tokenizer": tokenizer.to_dict(), "normalize": normalize}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Refuse (:class:`~dsf_lightning.training.resume.ResumeMismatchError`) to resume training from a

@@ -233,3 +233,18 @@ def check_trainer_counts(trainer: Any) -> None:
                 f"trainer.{key}={value:,} is not a plausible count (at most {MAX_DEVICES:,}): "
                 "give the number of devices per node (or a list of device indices)"
             )
+
+
+class ValidateAtMaxSteps(L.Callback):
+    """Validate once more when ``trainer.max_steps`` ends a run mid-epoch, so a short run (the README's
+    ``--trainer.max_steps 20`` smoke run) still logs ``val_loss`` and its ``ModelCheckpoint(monitor=val_loss)``
+    writes ``best.ckpt``.
+
+    Why ``should_stop``: Lightning validates on a batch when the run is asked to stop (as EarlyStopping does);
+    reaching ``max_steps`` alone ends the epoch loop without that validation. The run stops where it would
+    anyway; nothing changes when the step count ends an epoch (its validation runs as always).
+    """
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.max_steps is not None and trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+            trainer.should_stop = True

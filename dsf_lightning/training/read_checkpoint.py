@@ -177,6 +177,67 @@ def _cli_data_config(path: Path) -> dict:
     return {}
 
 
+def _dm_settings(ckpt: dict, path: Path) -> dict:
+    dm = ckpt.get("datamodule_hyper_parameters")
+    if isinstance(dm, dict) and dm.get("corpus"):
+        return dict(dm, _source=f"{path.name} datamodule_hyper_parameters")
+    return {}
+
+
+def recorded_data(ckpt: dict, path: Path) -> dict:
+    """The data settings of the run that wrote checkpoint ``path`` (``corpus``, ``data_root``,
+    ``corpus_options``, ``normalize``, ``vocab_from``): its ``datamodule_hyper_parameters``, else the
+    LightningCLI ``config.yaml`` beside it; ``{}`` when neither says."""
+    return _dm_settings(ckpt, path) or _cli_data_config(path)
+
+
+@dataclasses.dataclass
+class _Reader:
+    """What a run read text with, as recorded: stands in for a loaded corpus (``name``, ``vocab``, ``tokenizer``)."""
+
+    name: str
+    vocab: Vocabulary
+    tokenizer: object
+    normalize: str | None
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.name
+
+
+def _reader_of(ckpt: dict, settings: dict, path: Path) -> _Reader | None:
+    """The vocabulary, tokenizer and normalizer the run read text with: the DataModule's checkpoint state
+    (``reader``), else, for a fine-tuning run (``vocab_from``), the pretrained model's; None when neither
+    (an older checkpoint of a corpus run: the corpus is loaded again)."""
+    from ..data.tokenizers import TokenizerError, tokenizer_from_json
+    from ..data.vocab import VocabularyError
+
+    name = str(settings.get("corpus") or "text")
+    state = next((v for k, v in ckpt.items() if str(k).endswith("DataModule") and isinstance(v, dict)), None)
+    reader = (state or {}).get("reader")
+    if isinstance(reader, dict) and isinstance(reader.get("vocab"), dict) and isinstance(reader.get("tokenizer"), dict):
+        import json
+
+        try:
+            vocab = Vocabulary.from_dict(reader["vocab"])
+            tokenizer = tokenizer_from_json(json.dumps(reader["tokenizer"]))
+        except (VocabularyError, TokenizerError, TypeError, KeyError) as err:
+            raise CheckpointError(f"{path}: its DataModule state has an unreadable vocabulary or tokenizer ({err})") from None
+        normalize = reader.get("normalize")
+        return _Reader(name, vocab, tokenizer, normalize if isinstance(normalize, str) else None)
+    source = settings.get("vocab_from")
+    if isinstance(source, str) and source:
+        from .finetune import load_for_finetuning
+
+        pretrained = load_for_finetuning(source)
+        own = getattr(pretrained, "normalize", None)
+        from ..data.normalize import normalizer_for_corpus
+
+        normalize = own if own and normalizer_for_corpus(name) != own else None
+        return _Reader(name, pretrained.vocab, pretrained.tokenizer, normalize)
+    return None
+
+
 def pretrained_from_checkpoint(
     ckpt_path,
     corpus=None,
@@ -192,9 +253,10 @@ def pretrained_from_checkpoint(
     config comes from ``hyper_parameters``, the weights from the ``state_dict`` keys under ``model.``
     (checked strictly); ``weights`` picks the averaged or the training weights (:func:`checkpoint_weights`:
     by default the average a PolyakAveraging run validated, where it kept one). The vocabulary and tokenizer
-    come from ``corpus``: a loaded ``Corpus``, or a
-    corpus name; when ``None`` the name (and data root / options) is taken from the checkpoint's
-    ``datamodule_hyper_parameters`` or from a LightningCLI ``config.yaml`` beside it. ``info`` is
+    come from ``corpus``: a loaded ``Corpus``, or a corpus name; when ``None``, from what the run read text
+    with (:func:`_reader_of`: the DataModule's checkpoint state, or the pretrained model a fine-tuning run
+    started from), else the corpus named (with data root / options) by the checkpoint's
+    ``datamodule_hyper_parameters`` or a LightningCLI ``config.yaml`` beside it, loaded again. ``info`` is
     merged over what is recorded automatically (corpus, checkpoint epoch/step, training settings).
     """
     path = Path(ckpt_path).expanduser()
@@ -219,12 +281,10 @@ def pretrained_from_checkpoint(
     )
     load_state(model, checked)
 
-    settings = {}
-    dm = ckpt.get("datamodule_hyper_parameters")
-    if isinstance(dm, dict) and dm.get("corpus"):
-        settings = dict(dm, _source=f"{path.name} datamodule_hyper_parameters")
-    elif corpus is None:
-        settings = _cli_data_config(path)
+    settings = recorded_data(ckpt, path) if corpus is None else _dm_settings(ckpt, path)
+    reader = None if corpus is not None else _reader_of(ckpt, settings, path)
+    if reader is not None:  # what the run read text with: never rebuilt from the corpus files
+        corpus = reader
     if corpus is None:
         corpus = settings.get("corpus")
     if corpus is None:
@@ -242,6 +302,8 @@ def pretrained_from_checkpoint(
         corpus_obj = load_corpus(corpus, data_root=root, **options)
     else:
         corpus_obj, options = corpus, dict(corpus_options or {})
+        if reader is not None:
+            options = {**dict(settings.get("corpus_options") or {}), **options}
         if not hasattr(corpus_obj, "vocab"):
             raise TypeError(f"corpus must be a corpus name or a loaded Corpus, got {type(corpus).__name__}")
     vocab = corpus_obj.vocab
@@ -274,5 +336,7 @@ def pretrained_from_checkpoint(
     from ..data.normalize import normalizer_for_corpus
 
     asked = settings.get("normalize")
+    if asked is None and reader is not None:
+        asked = reader.normalize
     normalize = _check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
     return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"), normalize=normalize)

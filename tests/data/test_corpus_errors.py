@@ -119,7 +119,7 @@ def test_checksum_mismatch_is_reported_and_can_be_skipped(data_root, tmp_path):
 
 def test_out_of_vocabulary_token_with_a_fixed_closed_vocabulary(tmp_path):
     write(tmp_path / "a/train.txt", "abc\ncab\n")
-    base = load_corpus("text-folder", tmp_path, path="a", tokenizer="char")
+    base = load_corpus("text-folder", tmp_path, path="a", tokenizer="char", unk=None)
     assert base.vocab.closed and set(base.vocab.symbols) == {"<eos>", "a", "b", "c"}
     write(tmp_path / "b/train.txt", "ab\n")
     write(tmp_path / "b/test.txt", "abc\nbca\ncaxb\n")

@@ -73,9 +73,30 @@ def test_a_loaded_corpus_object_is_accepted(trained):
     assert pretrained_from_checkpoint(trained["ckpt"], trained["corpus"]).vocab == trained["corpus"].vocab
 
 
-def test_no_corpus_information_is_a_clear_error(trained):
+def without_reader(trained, tmp_path):
+    """The run's checkpoint as a run before issue 35 wrote it: no vocabulary in the DataModule's state."""
+    ckpt = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
+    ckpt["LanguageModelDataModule"].pop("reader")
+    path = tmp_path / "old" / "last.ckpt"
+    path.parent.mkdir()
+    torch.save(ckpt, path)
+    return path
+
+
+def test_no_corpus_information_is_a_clear_error(trained, tmp_path):
     with pytest.raises(CheckpointError, match="cannot tell which corpus.*dsf export --corpus"):
-        pretrained_from_checkpoint(trained["ckpt"])
+        pretrained_from_checkpoint(without_reader(trained, tmp_path))
+
+
+def test_the_vocabulary_comes_from_the_checkpoint_not_the_corpus_files(trained, tmp_path):
+    """Issue 35: export never rebuilds the vocabulary, so files edited after training (or gone) change nothing."""
+    ckpt = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
+    ckpt["datamodule_hyper_parameters"] = {"corpus": "text-folder", "data_root": str(tmp_path / "gone"), "corpus_options": {}}
+    path = tmp_path / "moved.ckpt"
+    torch.save(ckpt, path)
+    pretrained = pretrained_from_checkpoint(path)
+    assert pretrained.vocab == trained["corpus"].vocab and pretrained.info["corpus"] == "text-folder"
+    assert pretrained.tokenizer.to_dict() == trained["corpus"].tokenizer.to_dict()
 
 
 def test_a_corpus_with_another_vocabulary_is_refused(trained):
@@ -139,7 +160,7 @@ def test_dsf_export_command_errors_are_one_line(trained, tmp_path, capsys):
     assert _cli(["export", str(tmp_path / "missing.ckpt"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dsf export: error: ") and "no such checkpoint" in err and "Traceback" not in err and err.count("\n") == 1
-    assert _cli(["export", str(trained["ckpt"]), str(tmp_path / "out")]) == 2
+    assert _cli(["export", str(without_reader(trained, tmp_path)), str(tmp_path / "out")]) == 2
     assert "cannot tell which corpus" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

@@ -87,6 +87,7 @@ class CorpusSpec(abc.ABC):
     unk: ClassVar[str | None] = None  # unknown symbol of a built word vocabulary
     vocab_from_all: ClassVar[bool] = False  # build the vocabulary from every loaded split
     optional_splits: ClassVar[bool] = False  # by default load the splits whose files exist
+    vocab_fix: ClassVar[str] = ""  # the option that opens a built vocabulary, named when it is closed and a symbol is unseen
 
     @abc.abstractmethod
     def files(self, opts: dict) -> dict[str, list[FileSpec]]:
@@ -389,13 +390,19 @@ def _build(spec, splits, resolved, opts, tokenizer, vocab, normalizer=None):
         unk = spec.unk_symbol(opts)
         symbols = [s for s in (tokenizer.eos, unk) if s is not None] + tokenizer.symbols()
         vocab = Vocabulary(list(dict.fromkeys(symbols)), eos=tokenizer.eos, unk=unk)
+    built = vocab is None
     if vocab is None:
         tokenized = {s: [(p, i, tokenizer.tokenize_line(line)) for p, i, line in raw[s]] for s in splits}
         vocab = spec.vocabulary(tokenizer, tokenized, opts)
         items = tokenized
     else:
         items = {s: ((p, i, tokenizer.tokenize_line(line)) for p, i, line in raw[s]) for s in splits}
-    tensors = {split: _encode(vocab, items[split]) for split in splits}
+    try:
+        tensors = {split: _encode(vocab, items[split]) for split in splits}
+    except VocabularyError as err:
+        if built and spec.vocab_fix:  # the corpus's own option opens the vocabulary: name it
+            raise CorpusError(f"corpus {spec.name!r}: {err}; {spec.vocab_fix}") from None
+        raise
     for split, t in tensors.items():
         if t.numel() == 0:
             raise CorpusError(f"corpus {spec.name!r}: split {split!r} produced no tokens (empty file?)")
