@@ -74,6 +74,7 @@ def test_every_cells_training_windows_run_as_cuda_graphs_equal_to_eager_in_fp32(
     got = _train_windows(graphed, input_size)
     graphs = _WINDOW_GRAPHS.get(graphed)
     assert graphs is not None and graphs.graphs and not graphs.failed, f"{name}: no graph was captured"
+    assert graphs.replays == WINDOWS, f"{name}: {WINDOWS - graphs.replays} window(s) ran eager"
     assert _WINDOW_GRAPHS.get(eager) is None
     if not _deterministic(name):
         assert all(torch.isfinite(t).all() for t in got)

@@ -354,8 +354,10 @@ class RecurrentCell(nn.Module, abc.ABC):
         """How :meth:`forward` runs a window of ``x`` on the fast path: ``"cuda-graph"`` or ``"eager"``
         (:func:`~dsf_lightning.ops.cuda_graph.window_path`, :attr:`cuda_graphs`)."""
         cuda = x.device.type == "cuda"
+        # a backward to capture: without one nothing tells when the replayed output buffers are free again
+        grad = cuda and torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         return window_path(x.device, cuda_graphs=self._cuda_graphs, training=self.training,
-                           grad_enabled=torch.is_grad_enabled(), autocast=cuda and torch.is_autocast_enabled("cuda"),
+                           grad_enabled=grad, autocast=cuda and torch.is_autocast_enabled("cuda"),
                            capturing=cuda and (torch.cuda.is_current_stream_capturing() or inside_window()),
                            compiling=torch.compiler.is_compiling())
 

@@ -96,6 +96,7 @@ class WindowGraphs:
         self.capture = capture if capture is not None else self._make_graphed
         self.graphs: dict[tuple, Callable] = {}
         self.failed = False
+        self.replays = 0  # windows run through a graph (the others ran eager)
         self._pending: dict[tuple, weakref.ref] = {}  # graph -> the output of a replay whose backward is due
 
     @staticmethod
@@ -127,6 +128,7 @@ class WindowGraphs:
                 return self.forward(layer, x, state, masks)
             self.graphs[key] = graphed
         outs = graphed(*args)
+        self.replays += 1
         if outs[0].grad_fn is not None:
             self._pending[key] = weakref.ref(outs[0])
             outs[0].grad_fn.register_hook(lambda *_: self._done(key))

@@ -86,7 +86,7 @@ def test_the_graphed_window_computes_the_references_values_and_gradients_in_floa
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
     assert len(captures) == 2  # windows of 4 and of 10 steps: one graph each, ...
     _two_windows(cell, x, state)
-    assert len(captures) == 2  # ... replayed after that
+    assert len(captures) == 2 and _WINDOW_GRAPHS[cell].replays == 4  # ... replayed after that
 
 
 def test_the_dropout_mask_reaches_the_graphed_window_as_an_input():
