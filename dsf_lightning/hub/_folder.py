@@ -47,6 +47,8 @@ MAX_LAYERS = 1024  # layers a folder's config.json may give (the papers' models 
 
 LANGUAGE_MODEL = "language-model"
 TEXT_CLASSIFICATION = "text-classification"
+#: task -> (config.json's model_type, its architectures' class: the dsf_lightning class the folder holds)
+MODEL_TYPES = {LANGUAGE_MODEL: ("dsf-recurrent-lm", "RecurrentLM"), TEXT_CLASSIFICATION: ("dsf-sequence-classifier", "SequenceClassifier")}
 TASKS = (LANGUAGE_MODEL, TEXT_CLASSIFICATION)
 AUTO = "auto"  # the loaders' ``task=``: whatever the folder holds
 TASK_NAMES = {LANGUAGE_MODEL: "language model", TEXT_CLASSIFICATION: "text classifier"}
@@ -238,6 +240,10 @@ def config_header(task: str) -> dict:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "task": task,
+        # the Hub's conventions (transformers' config.json): which kind of model and which class reads it;
+        # informational (the loader goes by "task"), so a folder without them (older) loads the same
+        "model_type": MODEL_TYPES[task][0],
+        "architectures": [MODEL_TYPES[task][1]],
         "library_version": __version__,
         "torch_version": torch.__version__.split("+")[0],
     }

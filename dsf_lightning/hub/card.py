@@ -56,6 +56,8 @@ HUB_DATASETS = {
 ENGLISH_CORPORA = {"ptb", "ptb-char", "ptb-subword", "wikitext2", "imdb", "imdb-subword", "tinyshakespeare", "text8",
                    "one-billion-word"}
 EXAMPLE = "the market rose sharply"
+#: the card's ``license`` unless card_extra / ``dsf export --card-extra`` names another: the library's own
+DEFAULT_LICENSE = "apache-2.0"
 
 
 def cell_citation(cell: str) -> str:
@@ -156,6 +158,45 @@ def to_eval_result(entry: dict):
         source_name=entry.get("source_name"),
         source_url=entry.get("source_url"),
     )
+
+
+def from_eval_result(result) -> dict:
+    """One ``huggingface_hub.EvalResult`` (a card's model-index entry) -> the dict :func:`to_eval_result` takes."""
+    entry = {"metric": result.metric_type, "value": result.metric_value, "dataset": result.dataset_name,
+             "split": result.dataset_split, "task": result.task_type, "metric_name": result.metric_name}
+    optional = {"dataset_config": result.dataset_config, "dataset_revision": result.dataset_revision,
+                "source_name": result.source_name, "source_url": result.source_url}
+    return {**entry, **{k: v for k, v in optional.items() if v is not None}}
+
+
+MAX_CARD_BYTES = 1 << 20  # a card is a page of text: a larger README.md is not read back
+
+
+def read_card(folder) -> dict | None:
+    """``{"license", "eval_results"}`` of the model card (README.md) in ``folder``, for a save to write them
+    again; None where there is no readable card (it is documentation: loading never fails for it)."""
+    from huggingface_hub import ModelCard
+
+    path = Path(folder) / "README.md"
+    try:
+        if path.stat().st_size > MAX_CARD_BYTES:
+            return None
+        data = ModelCard.load(path).data
+        results = normalize_eval_results(from_eval_result(r) for r in data.eval_results or [])
+    except Exception:  # noqa: BLE001 - missing, not YAML, unknown metrics...: the card is rebuilt from info
+        return None
+    return {"license": data.license if isinstance(data.license, str) else None, "eval_results": results or None}
+
+
+def kept_card(card_data: dict | None, eval_results, card_extra: dict | None) -> tuple[list | None, dict | None]:
+    """``(eval_results, card_extra)`` for a save: those given, else the loaded card's results and license."""
+    if not card_data:
+        return eval_results, card_extra
+    if eval_results is None:
+        eval_results = card_data.get("eval_results")
+    if card_data.get("license") and "license" not in (card_extra or {}):
+        card_extra = {**(card_extra or {}), "license": card_data["license"]}
+    return eval_results, card_extra
 
 
 # --------------------------------------------------------------------------------- template
@@ -501,7 +542,7 @@ def build_model_card(
         # a language model scores and generates text (Scorer.generate): the Hub's text-generation task
         pipeline_tag=extra.get("pipeline_tag", "text-classification" if classifier else "text-generation"),
         tags=tags,
-        license=extra.get("license"),
+        license=extra.get("license") or DEFAULT_LICENSE,
         language=extra.get("language") or ("en" if corpus in ENGLISH_CORPORA else None),
         # the Hub dataset id where one exists (a corpus without one is named in the card's text)
         datasets=extra.get("datasets") or ([HUB_DATASETS[corpus]] if corpus in HUB_DATASETS else None),

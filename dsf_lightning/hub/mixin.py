@@ -22,12 +22,13 @@ import tempfile
 from pathlib import Path
 
 from .publish import push_to_hub
-from .registry import HUB_KEYWORDS, check_keywords, load_with
+from .registry import HUB_KEYWORDS, check_keywords, dtype_argument, load_with
 
 #: per task, the folder parts a model from ``from_pretrained`` keeps as plain attributes (part -> attribute) and
 #: ``save_pretrained`` writes back; ``vocab`` and ``tokenizer`` have no default
 PARTS = {
-    "language-model": {"vocab": "vocab", "tokenizer": "tokenizer", "info": "pretrained_info", "normalize": "pretrained_normalize"},
+    "language-model": {"vocab": "vocab", "tokenizer": "tokenizer", "info": "pretrained_info", "normalize": "pretrained_normalize",
+                       "storage_dtype": "pretrained_storage_dtype", "card_data": "pretrained_card_data"},
     "text-classification": {"vocab": "vocab", "tokenizer": "tokenizer", "labels": "pretrained_labels", "info": "pretrained_info",
                             "normalize": "pretrained_normalize", "max_length": "pretrained_max_length"},
 }
@@ -71,12 +72,14 @@ class PretrainedModelMixin:
 
         ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``: as in
         huggingface_hub, for the download (``snapshot_download`` of the model's files only). ``device``:
-        where to put the model (default CPU). ``dtype``: ``torch.float16`` / ``torch.bfloat16`` /
-        ``torch.float32`` or its name; the weights are cast after the strict load.
+        where to put the model (default CPU; one this machine lacks is a ValueError before anything is read).
+        ``dtype`` (alias ``torch_dtype``): ``torch.float16`` / ``torch.bfloat16`` / ``torch.float32`` or its name;
+        the weights are cast after the strict load.
         """
-        check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "device", "dtype"))
+        dtype = dtype_argument(f"{cls.__name__}.from_pretrained", dtype, unknown)
+        check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "device", "dtype", "torch_dtype"))
         _, _, load_folder = cls._pretrained_format()
-        pretrained = load_with(load_folder, pretrained_model_name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir,
+        pretrained = load_with(load_folder, pretrained_model_name_or_path, revision=revision, dtype=dtype, device=device, cache_dir=cache_dir,
                                force_download=force_download, local_files_only=local_files_only, token=token)
         model = pretrained.model
         if not isinstance(model, cls):

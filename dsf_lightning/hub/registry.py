@@ -212,8 +212,24 @@ def _cached(published: PublishedModel) -> Path | None:
         return None
 
 
-def load_with(load_folder: Callable, name_or_path, *, revision: str | None = None, dtype=None, **hub):
+def dtype_argument(where: str, dtype, unknown: dict):
+    """``dtype``, or ``torch_dtype`` (popped from ``unknown``: the name transformers' ``from_pretrained`` uses) as its
+    alias; both given and different is a TypeError."""
+    if "torch_dtype" not in unknown:
+        return dtype
+    alias = unknown.pop("torch_dtype")
+    if dtype is not None and alias is not None and resolve_dtype(dtype) != resolve_dtype(alias):
+        raise TypeError(f"{where}() got dtype={dtype!r} and torch_dtype={alias!r}: torch_dtype is another name for dtype, give one")
+    return alias if dtype is None else dtype
+
+
+def load_with(load_folder: Callable, name_or_path, *, revision: str | None = None, dtype=None, device=None, **hub):
     """``load_folder(folder, dtype=...)`` (a model kind's strict folder loader) of what :func:`resolve` finds for
-    ``name_or_path`` (``revision`` and the other :data:`HUB_KEYWORDS`); a bad ``dtype`` fails before any download."""
+    ``name_or_path`` (``revision`` and the other :data:`HUB_KEYWORDS`); a bad ``dtype`` or a ``device`` this machine
+    lacks (:func:`~dsf_lightning._machine.check_device`: ``cuda`` on a CPU build) fails before any download."""
     dtype = resolve_dtype(dtype)
+    if device is not None:
+        from .._machine import check_device
+
+        check_device(device)
     return load_folder(resolve(name_or_path, revision, **hub), dtype=dtype)

@@ -89,6 +89,7 @@ from ..hub._folder import (
     state_for_saving,
     tokenizer_record,
 )
+from ..hub.card import kept_card, read_card
 from ..hub.hf_tokenizer import hf_tokenizer_json, hf_tokenizer_mismatch
 from . import LMConfig, ModelConfigError, RecurrentLM
 
@@ -121,6 +122,10 @@ class Pretrained:
     tokenizer: Tokenizer
     info: dict = field(default_factory=dict)
     normalize: str | None = None
+    #: the folder's weight storage (``"float16"`` / ``"float32"``, config.json's ``weights.dtype``) and card
+    #: (``{"license": ..., "eval_results": [...]}``): what :func:`save_pretrained` writes again by default
+    storage_dtype: str | None = None
+    card_data: dict | None = None
 
     @property
     def config(self) -> LMConfig:
@@ -143,7 +148,7 @@ def save_pretrained(
     pretrained: Pretrained,
     folder,
     *,
-    dtype: str = "float32",
+    dtype: str | None = None,
     eval_results: list[dict] | None = None,
     card_extra: dict | None = None,
 ) -> Path:
@@ -153,16 +158,19 @@ def save_pretrained(
     failure or a kill at any point leaves the previous folder (if any) untouched. An existing folder is
     replaced only if it is empty or is itself a dsf-lightning pretrained folder.
 
-    ``dtype``: ``"float32"`` (bit-exact) or ``"float16"`` (half the size; loading casts back).
+    ``dtype``: ``"float32"`` (bit-exact) or ``"float16"`` (half the size; loading casts back); default: the
+    storage of the folder ``pretrained`` was loaded from (``storage_dtype``), else float32.
     ``eval_results``: the card's model-index results, e.g.
-    ``[{"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}]`` (default: from
-    ``info["metrics"]``). ``card_extra``: card field / metadata overrides (see
-    :func:`~dsf_lightning.hub.card.build_model_card`).
+    ``[{"metric": "perplexity", "value": 93.1, "dataset": "ptb", "split": "test"}]`` (default: those of the
+    card ``pretrained`` was loaded with, else from ``info["metrics"]``). ``card_extra``: card field / metadata
+    overrides (see :func:`~dsf_lightning.hub.card.build_model_card`; the loaded card's ``license`` is kept).
     """
     if not isinstance(pretrained.model, RecurrentLM):
         raise TypeError(f"pretrained.model must be a RecurrentLM, got {type(pretrained.model).__name__}")
     info = plain_info(pretrained.info, "Pretrained.info")
     check_vocab_size(pretrained.vocab, pretrained.model.config.vocab_size)
+    dtype = dtype or pretrained.storage_dtype or "float32"
+    eval_results, card_extra = kept_card(pretrained.card_data, eval_results, card_extra)
     tensors, metadata = weights_for_saving(pretrained.model, dtype)
     normalize = _check_normalize(pretrained.normalize)
     snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info, normalize)
@@ -369,6 +377,7 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     normalize = config.get("normalize")  # a name this installation may not know: the Scorer says so
     if normalize is not None and not (isinstance(normalize, str) and normalize.strip()):
         raise _fail(folder / CONFIG_FILE, f"'normalize' must name a text normalizer (e.g. \"ptb\") or be absent, got {normalize!r:.80}")
-    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info, normalize=normalize)
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info, normalize=normalize,
+                      storage_dtype=(config.get("weights") or {}).get("dtype"), card_data=read_card(folder))
 
 

@@ -55,7 +55,7 @@ from torch import Tensor
 from .._machine import check_device
 from ..data.normalize import Normalizer, NormalizerError, list_normalizers, normalizer_for_corpus, resolve_normalize
 from ..data.textfile import LongWord, Part, TextFileError, iter_file_parts, normalized_parts
-from ..hub.registry import HUB_KEYWORDS, check_keywords, load_with
+from ..hub.registry import HUB_KEYWORDS, check_keywords, dtype_argument, load_with
 from ..model.pretrained import load_pretrained, save_pretrained
 
 __all__ = [
@@ -330,7 +330,10 @@ class Scorer:
         weights cast after the strict load (log-probabilities are still computed in float32).
         ``device``, ``batch_size``, ``window``, ``normalize``: the :class:`Scorer`'s.
         """
-        check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "dtype", "device", "batch_size", "window", "normalize"))
+        dtype = dtype_argument(f"{cls.__name__}.from_pretrained", dtype, unknown)  # torch_dtype= too
+        check_device(device, ScoringError)  # before anything is downloaded or read
+        accepted = (*HUB_KEYWORDS, "dtype", "torch_dtype", "device", "batch_size", "window", "normalize")
+        check_keywords(f"{cls.__name__}.from_pretrained", unknown, accepted)
         pretrained = load_with(load_pretrained, name_or_path, revision=revision, dtype=dtype, cache_dir=cache_dir,
                                force_download=force_download, local_files_only=local_files_only, token=token)
         return cls(pretrained, device=device, batch_size=batch_size, window=window, normalize=normalize)

@@ -114,3 +114,67 @@ def test_the_differences_left_are_the_documented_ones(exported):
     spelled = "t h e _ c a t"
     assert scorer_ids(pretrained, spelled) == pretrained.vocab.encode(spelled.split() + ["<eos>"])
     assert char.encode(spelled).tokens == ["t", "_", "h", "_", "e", "_", "c", "_", "a", "_", "t", "<eos>"]  # each symbol a word
+
+
+# ------------------------------------------------------------------ config.json, card, dtype, device
+def test_config_json_names_model_type_and_architectures_and_the_card_a_license(tmp_path):
+    import json
+
+    from huggingface_hub import ModelCard
+
+    from dsf_lightning.model import RecurrentLM
+
+    folder = save_pretrained(load_pretrained(BUNDLED / "delta-rnn-ptb"), tmp_path / "lm")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "dsf-recurrent-lm" and config["architectures"] == [RecurrentLM.__name__]
+    assert ModelCard.load(folder / "README.md").data.license == "apache-2.0"
+    other = save_pretrained(load_pretrained(folder), tmp_path / "mit", card_extra={"license": "mit"})
+    assert ModelCard.load(other / "README.md").data.license == "mit"
+
+
+def test_save_pretrained_keeps_the_folders_dtype_and_the_cards_results(tmp_path):
+    import json
+
+    import torch
+    from huggingface_hub import ModelCard
+
+    from dsf_lightning.model import RecurrentLM
+
+    results = [{"metric": "perplexity", "value": 77.7, "dataset": "ptb", "split": "test"}]
+    first = save_pretrained(load_pretrained(BUNDLED / "delta-rnn-ptb"), tmp_path / "a", dtype="float16", eval_results=results,
+                            card_extra={"license": "mit"})
+    again = save_pretrained(load_pretrained(first), tmp_path / "b")  # the functional API
+    model = RecurrentLM.from_pretrained(first, torch_dtype=torch.bfloat16)  # and the mixin, whatever dtype it runs in
+    mixin = model.save_pretrained(tmp_path / "c")
+    for folder in (again, mixin):
+        assert json.loads((folder / "config.json").read_text())["weights"]["dtype"] == "float16"
+        card = ModelCard.load(folder / "README.md").data
+        assert [(r.metric_type, r.metric_value, r.dataset_split) for r in card.eval_results] == [("perplexity", 77.7, "test")]
+        assert card.license == "mit"
+    assert (again / "model.safetensors").read_bytes() == (first / "model.safetensors").read_bytes()
+    asked = save_pretrained(load_pretrained(first), tmp_path / "d", dtype="float32")  # an explicit dtype wins
+    assert json.loads((asked / "config.json").read_text())["weights"]["dtype"] == "float32"
+
+
+def test_torch_dtype_is_an_alias_of_dtype():
+    import torch
+
+    from dsf_lightning.model import RecurrentLM
+
+    assert next(RecurrentLM.from_pretrained(BUNDLED / "delta-rnn-ptb", torch_dtype="bfloat16").parameters()).dtype == torch.bfloat16
+    assert Scorer.from_pretrained(BUNDLED / "delta-rnn-ptb", torch_dtype=torch.float16).pretrained.model.embedding.weight.dtype == torch.float16
+    with pytest.raises(TypeError, match="torch_dtype is another name for dtype"):
+        RecurrentLM.from_pretrained(BUNDLED / "delta-rnn-ptb", dtype="float32", torch_dtype="float16")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_a_device_this_machine_lacks_is_one_clear_error_before_anything_is_read(tmp_path, device):
+    from dsf_lightning.model import RecurrentLM
+    from dsf_lightning.scoring import ScoringError
+
+    for load, error in ((RecurrentLM.from_pretrained, ValueError), (Scorer.from_pretrained, ScoringError)):
+        with pytest.raises(error) as caught:
+            load(tmp_path / "no-such-folder", device=device)  # the device is refused first: the folder is never looked at
+        message = str(caught.value)
+        assert "\n" not in message and device in message and "cpu" in message

@@ -66,10 +66,10 @@ def test_hub_keywords_against_the_loopback_server(tmp_path, tokens):
 @pytest.mark.parametrize("owner", [dsf, dsf.Scorer, RecurrentLM])
 def test_unknown_keyword_is_a_type_error_listing_the_accepted_ones(owner):
     with pytest.raises(TypeError) as info:
-        owner.from_pretrained("delta-rnn-ptb", torch_dtype=torch.float16)
+        owner.from_pretrained("delta-rnn-ptb", trust_remote_code=True)  # (torch_dtype is dtype's alias since issue 35)
     message = str(info.value)
-    assert "'torch_dtype'" in message
-    for keyword in (*HUB_KEYWORDS, "dtype", "device"):
+    assert "'trust_remote_code'" in message
+    for keyword in (*HUB_KEYWORDS, "dtype", "torch_dtype", "device"):
         assert keyword in message, message
 
 
