@@ -112,3 +112,23 @@ def test_cudnns_lstm_on_our_parameters_equals_our_loop(dtype):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         else:  # bf16 has 8 bits of mantissa: the two roundings differ elementwise, not in norm
             assert (a - b).norm() <= 2e-2 * b.norm(), (a - b).norm() / b.norm()
+
+
+def test_gradients_accumulated_over_graphed_windows_equal_eagers():
+    """``.grad`` must not keep the graph's static gradient buffer, which the next replay overwrites
+    (pytorch/pytorch#181723): two windows, one backward each, no zeroing in between."""
+    graphed, input_size = _cell("delta-rnn", {})
+    eager = copy.deepcopy(graphed)
+    eager.cuda_graphs = False
+    g = torch.Generator(device=DEVICE).manual_seed(3)
+    xs = [torch.randn(B, T, input_size, device=DEVICE, generator=g) for _ in range(2)]
+    for cell in (graphed, eager):
+        state = None
+        for x in xs:
+            out, state = cell(x, state)
+            out.square().mean().backward()
+            state = tuple(s.detach() for s in state)
+    assert _WINDOW_GRAPHS[graphed].replays == 2
+    for a, b in zip(graphed.parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+

@@ -75,6 +75,13 @@ class _Window(nn.Module):
         return (out, *new_state)
 
 
+def _fresh(grad: Tensor) -> Tensor:
+    """A parameter's gradient in memory of its own: the graphed backward hands out its static buffer,
+    which ``.grad`` would keep and the next replay overwrite (gradient accumulation over windows;
+    pytorch/pytorch#181723)."""
+    return grad.clone()
+
+
 def _signature(t: Tensor) -> tuple:
     return (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad)
 
@@ -97,6 +104,7 @@ class WindowGraphs:
         self.graphs: dict[tuple, Callable] = {}
         self.failed = False
         self.replays = 0  # windows run through a graph (the others ran eager)
+        self._hooked: set[int] = set()  # the parameters whose gradients _fresh copies
         self._pending: dict[tuple, weakref.ref] = {}  # graph -> the output of a replay whose backward is due
 
     @staticmethod
@@ -127,6 +135,10 @@ class WindowGraphs:
                 self.failed = True
                 return self.forward(layer, x, state, masks)
             self.graphs[key] = graphed
+            for p in params:
+                if p.requires_grad and id(p) not in self._hooked:
+                    p.register_hook(_fresh)
+                    self._hooked.add(id(p))
         outs = graphed(*args)
         self.replays += 1
         if outs[0].grad_fn is not None:

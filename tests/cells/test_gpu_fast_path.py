@@ -130,6 +130,50 @@ def test_a_layer_called_inside_another_layers_window_is_part_of_its_graph():
     assert seen == [True] and not inside_window()
 
 
+def _static_buffer_capture(module, sample):
+    """What a replayed graph hands autograd, emulated on the CPU: every gradient out of one static buffer
+    per input, overwritten by the next backward (``make_graphed_callables``' Graphed.backward)."""
+    inputs = (*sample, *module.parameters())
+    static = [torch.zeros_like(t) for t in inputs]
+
+    class Replay(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *given):
+            with torch.enable_grad():
+                args = [g.detach().requires_grad_(g.requires_grad) for g in given[: len(sample)]]
+                ctx.outs, ctx.args = module(*args), args
+            return tuple(o.detach() for o in ctx.outs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            wanted = [a for a in (*ctx.args, *module.parameters()) if a.requires_grad]
+            got = iter(torch.autograd.grad(ctx.outs, wanted, grads, allow_unused=True))
+            for buf, t in zip(static, (*ctx.args, *module.parameters())):
+                g = next(got) if t.requires_grad else None
+                buf.copy_(g if g is not None else torch.zeros_like(buf))
+            return tuple(b.detach() for b in static)
+
+    return lambda *args: Replay.apply(*args, *module.parameters())
+
+
+def test_gradients_accumulated_over_replayed_windows_are_not_overwritten():
+    """``.grad`` keeps a gradient handed out of a graph's static buffer unless it is copied; the next
+    replay's backward would overwrite it (pytorch/pytorch#181723: accumulate_grad_batches > 1)."""
+    cell = build("delta-rnn", {}, 5).train()
+    _WINDOW_GRAPHS[cell] = WindowGraphs(cell, type(cell).forward_fast, capture=_static_buffer_capture)
+    cell.window_path = lambda x: "cuda-graph"
+    ref = build("delta-rnn", {}, 5).train()
+    for c in (cell, ref):
+        state = random_state(c)
+        for seed in (1, 5):
+            out, state = c(inputs(5, seed=seed), state)
+            out.square().sum().backward()
+            state = tuple(s.detach() for s in state)
+    assert _WINDOW_GRAPHS[cell].replays == 2
+    for (name, a), b in zip(cell.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
 def test_a_capture_that_fails_leaves_the_layer_eager(caplog):
     cell = _graphed(build("elman", {}, 5), [])
 
