@@ -1,5 +1,5 @@
 """The fast GPU path (issue 37), checked on the CPU: which path a window takes on a CUDA device
-(decided with device stand-ins), the graphed window with its capture replaced by a direct call equal to
+(decided with device stand-ins), the graphed window with its capture emulated (static gradient buffers) equal to
 the reference in float64, and torch's fused LSTM (cuDNN's on a GPU, also run on the CPU) equal to the
 reference and to our own loop in values and gradients. ``tests/test_gpu_fast_path_cuda.py`` runs the real
 capture and cuDNN on a GPU."""
@@ -49,10 +49,10 @@ def _direct(module, sample_args):
 
 
 def _graphed(cell, captures):
-    """``cell`` with its windows routed through :class:`WindowGraphs` as on a GPU, capture direct."""
+    """``cell`` with its windows routed through :class:`WindowGraphs` as on a GPU, the capture emulated."""
     def capture(module, sample):
         captures.append(tuple(a.shape for a in sample))
-        return _direct(module, sample)
+        return _static_buffer_capture(module, sample)
 
     _WINDOW_GRAPHS[cell] = WindowGraphs(cell, type(cell).forward_fast, capture=capture)
     cell.window_path = lambda x: "cuda-graph"  # the stand-in for a CUDA device
