@@ -178,3 +178,20 @@ def test_a_device_this_machine_lacks_is_one_clear_error_before_anything_is_read(
             load(tmp_path / "no-such-folder", device=device)  # the device is refused first: the folder is never looked at
         message = str(caught.value)
         assert "\n" not in message and device in message and "cpu" in message
+
+
+def test_the_hand_written_safetensors_file_is_what_the_library_reads_and_the_same_at_every_save(exported, tmp_path):
+    """hub/_safetensors.py keeps its writer (the library's writes metadata in hash order: measured there); the
+    safetensors library must read every tensor and the metadata back, and a second save is byte-identical."""
+    import torch
+    from safetensors import safe_open
+
+    from dsf_lightning.hub._safetensors import parse
+
+    folder = exported["delta-rnn-ptb"]
+    ours, metadata = parse((folder / "model.safetensors").read_bytes())
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        assert f.metadata() == metadata and sorted(f.keys()) == sorted(ours)
+        assert all(torch.equal(f.get_tensor(name), tensor) for name, tensor in ours.items())
+    again = save_pretrained(load_pretrained(folder), tmp_path / "again")
+    assert (again / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
