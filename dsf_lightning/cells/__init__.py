@@ -9,7 +9,7 @@ One module per family: :mod:`.delta` (DSF / Delta-RNN), :mod:`.scrn`, :mod:`.ran
 (state-regularized wrappers). :mod:`.base` holds the contract (``RecurrentCell``, whose class attributes
 declare everything the package knows about a cell: citation, state names, size options, the Sobolev
 penalty's closed form, ...; and ``SequenceLoopCell``), :mod:`.registry` the names. A new cell is one file
-plus its entry in ``tests/cells/variants.py`` (README, "Add a cell").
+plus its entry in ``tests/cells/variants.py`` (docs/cells.md, "Add a cell").
 """
 
 # Importing the family modules registers their cells.

@@ -65,7 +65,7 @@ def add_score_parser(subparsers, help: str | None = None) -> argparse.ArgumentPa
     p.add_argument("--streams", type=int, default=1, metavar="S",
                    help="the parallel mode: cut the document (--file, or the TEXTs with --carry-state) into S "
                    "contiguous pieces scored side by side, each after a warm-up (default 1: the exact "
-                   "single-stream score; see the README's scoring section for what each gives)")
+                   "single-stream score; see docs/score.md, 'Long documents', for what each gives)")
     p.add_argument("--warmup", type=int, default=None, metavar="W",
                    help=f"tokens read before each piece of the parallel mode, not counted (default "
                    f"{scoring.DEFAULT_WARMUP})")

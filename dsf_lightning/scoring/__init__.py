@@ -819,7 +819,7 @@ class Scorer:
         So with the default warm-up the parallel score is within 0.07% of the exact one. On a CPU
         both modes spend most of their time in the softmax decoder's ``[N, 512] x [512, 10000]`` product,
         which the parallel mode does not shrink: it gains where the per-step loop at batch one is the
-        cost (S = 32 ran 1.3x the exact mode's tokens/s here; the README's scoring section has the speeds).
+        cost (S = 32 ran 1.3x the exact mode's tokens/s here; docs/score.md, "Long documents", has the speeds).
         """
         window = self._check_window(window)
         streams, warmup = self._check_streams(streams, warmup)

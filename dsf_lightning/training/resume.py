@@ -24,7 +24,7 @@ of the checkpoint (:func:`data_fingerprint`, checked by :func:`check_data_finger
 :class:`ResumeMismatchError` naming the old and new values). The number of processes may change: the
 streams and the carried state are global (every rank reads its own block of them), so a resume on more or
 fewer processes continues the same streams; only the dropout masks, seeded per rank, then differ from an
-uninterrupted run (README, "Multi-process training").
+uninterrupted run (docs/train.md, "Several GPUs and nodes").
 """
 
 from __future__ import annotations
