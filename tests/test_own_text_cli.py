@@ -47,6 +47,9 @@ def test_closed_vocabulary_is_one_line_naming_the_option_in_fit_and_test(tmp_pat
         assert code == 2, err[-5:]
         assert err[-1].startswith(f"dsf {command}: error: ") and "'naught'" in err[-1] and "unk: '<unk>'" in err[-1]
         assert not any("Traceback" in line for line in err)
+    bad_tokenizer = json.dumps({"path": str(folder), "tokenizer": "bpe"})
+    assert main(["fit", "--data.corpus", "text-folder", "--data.corpus_options", bad_tokenizer, *QUIET]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("dsf fit: error: unknown tokenizer 'bpe'")
 
 
 def test_one_file_folder_trains_and_export_evaluates_its_test_block(tmp_path, monkeypatch):

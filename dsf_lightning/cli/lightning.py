@@ -438,6 +438,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
 def run(argv: Sequence[str]) -> int:
     """``dsf fit|validate|test|predict ...`` (``argv[0]`` the subcommand) under the one error policy."""
     from ..data.corpora.files import CorpusError
+    from ..data.tokenizers import TokenizerError
     from ..data.vocab import VocabularyError
     from ..model import ModelConfigError
     from ..training.checkpoint_io import CheckpointLoadError, CheckpointWriteError, NonFiniteCheckpointError
@@ -453,4 +454,4 @@ def run(argv: Sequence[str]) -> int:
     # only the recipe / checkpoint errors are the user's: a ValueError inside a training step keeps its traceback
     return report_errors(argv[0], body, UnsafeRecipeError, ResumeMismatchError, ModelConfigError, LoggerPackageError,
                          CheckpointLoadError, CheckpointWriteError, ConfigSaveError, ClusterEnvironmentError,
-                         CorpusError, VocabularyError, broad=False, failures=(NonFiniteError, NonFiniteCheckpointError))
+                         CorpusError, VocabularyError, TokenizerError, broad=False, failures=(NonFiniteError, NonFiniteCheckpointError))

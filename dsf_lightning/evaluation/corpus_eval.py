@@ -31,7 +31,8 @@ def split_file(corpus_name: str, split: str, data_root=None, corpus_options: dic
         if path.is_file() and not path.name.endswith((".xz", ".gz")):
             return path
     names = ", ".join(str(root / c.path) for c in candidates)
-    raise CorpusError(f"no plain-text file for {corpus_name} {split} under the data root ({how}): expected {names}")
+    raise CorpusError(f"no plain-text file for {corpus_name} {split} under the data root ({how}): expected {names}; "
+                      "point to the data with --data-root (data_root=) or --corpus-option path=DIR (corpus_options=)")
 
 
 def split_source(corpus_name: str, split: str, data_root=None, corpus_options: dict | None = None):
