@@ -30,7 +30,8 @@ PARTS = {
     "language-model": {"vocab": "vocab", "tokenizer": "tokenizer", "info": "pretrained_info", "normalize": "pretrained_normalize",
                        "storage_dtype": "pretrained_storage_dtype", "card_data": "pretrained_card_data"},
     "text-classification": {"vocab": "vocab", "tokenizer": "tokenizer", "labels": "pretrained_labels", "info": "pretrained_info",
-                            "normalize": "pretrained_normalize", "max_length": "pretrained_max_length"},
+                            "normalize": "pretrained_normalize", "max_length": "pretrained_max_length",
+                            "storage_dtype": "pretrained_storage_dtype", "card_data": "pretrained_card_data"},
 }
 REQUIRED = ("vocab", "tokenizer")
 

@@ -79,6 +79,7 @@ from ..hub._folder import (
     state_for_saving,
     tokenizer_record,
 )
+from ..hub.card import kept_card, read_card
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,9 @@ class PretrainedClassifier:
     normalize: str | None = None
     max_length: int | None = DEFAULT_MAX_LENGTH
     keep: str = "first"
+    #: the folder's weight storage and card (license, results): what :func:`save_classifier` writes again by default
+    storage_dtype: str | None = None
+    card_data: dict | None = None
     task: ClassVar[str] = TEXT_CLASSIFICATION
 
     @property
@@ -172,13 +176,15 @@ def save_classifier(
     pretrained: PretrainedClassifier,
     folder,
     *,
-    dtype: str = "float32",
+    dtype: str | None = None,
     eval_results: list[dict] | None = None,
     card_extra: dict | None = None,
 ) -> Path:
     """Write ``pretrained`` to ``folder`` (see the module docstring) atomically and return its path.
 
-    ``dtype``: ``"float32"`` (bit-exact) or ``"float16"`` (half the size; loading casts back).
+    ``dtype``: ``"float32"`` (bit-exact) or ``"float16"`` (half the size; loading casts back); default: the
+    storage of the folder it was loaded from, else float32. The loaded card's results and license are kept
+    unless ``eval_results`` / ``card_extra`` say otherwise.
     ``eval_results``: the card's model-index results, e.g. ``[{"metric": "accuracy", "value": 0.9, "dataset":
     "imdb", "split": "test"}]`` (default: from ``info["metrics"]``'s ``<split>_accuracy`` / ``<split>_error``).
     ``card_extra``: card field / metadata overrides (:func:`~dsf_lightning.hub.card.build_model_card`).
@@ -193,6 +199,8 @@ def save_classifier(
                          f"input_mode={arch['input_mode']!r} features, which have no text to classify")
     info = plain_info(pretrained.info, "PretrainedClassifier.info")
     check_vocab_size(pretrained.vocab, arch["vocab_size"])
+    dtype = dtype or pretrained.storage_dtype or "float32"
+    eval_results, card_extra = kept_card(pretrained.card_data, eval_results, card_extra)
     if not isinstance(pretrained.tokenizer, Tokenizer) or pretrained.tokenizer.eos is not None:
         raise ValueError("PretrainedClassifier.tokenizer must be a dsf_lightning tokenizer without an end symbol "
                          "(get_tokenizer('word', eos=None)): the vocabulary adds the start and end tokens")
@@ -338,6 +346,7 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     tensors, _, aliases = read_weights(folder, config, expected, describe(arch))
     load_state(model, match_state(tensors, aliases, expected, describe(arch), str(folder / WEIGHTS_FILE)), dtype)
     return PretrainedClassifier(model=model, vocab=vocab, tokenizer=tokenizer, labels=labels, info=config["info"],
-                                normalize=normalize, max_length=max_length, keep=keep)
+                                normalize=normalize, max_length=max_length, keep=keep,
+                                storage_dtype=config["weights"].get("dtype"), card_data=read_card(folder))
 
 

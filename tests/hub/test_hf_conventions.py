@@ -195,3 +195,20 @@ def test_the_hand_written_safetensors_file_is_what_the_library_reads_and_the_sam
         assert all(torch.equal(f.get_tensor(name), tensor) for name, tensor in ours.items())
     again = save_pretrained(load_pretrained(folder), tmp_path / "again")
     assert (again / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+
+
+def test_a_classifier_saved_again_keeps_its_folders_dtype_and_card(tmp_path):
+    import json
+
+    from huggingface_hub import ModelCard
+
+    from dsf_lightning.tasks import SequenceClassifier
+
+    bundled = BUNDLED / "sr-lstm-p-imdb"
+    assert json.loads((bundled / "config.json").read_text())["weights"]["dtype"] == "float16"
+    folder = SequenceClassifier.from_pretrained(bundled).save_pretrained(tmp_path / "copy")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["weights"]["dtype"] == "float16" and config["model_type"] == "dsf-sequence-classifier"
+    assert (folder / "model.safetensors").read_bytes() == (bundled / "model.safetensors").read_bytes()
+    mine, theirs = (ModelCard.load(f / "README.md").data for f in (folder, bundled))
+    assert mine.license == theirs.license == "apache-2.0" and mine.eval_results == theirs.eval_results
