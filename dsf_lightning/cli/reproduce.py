@@ -30,6 +30,11 @@ def add_reproduce_parser(commands, help: str | None = None) -> None:
     parser.add_argument("--data-root", default=None, help="folder holding the corpora (else $DSF_DATA_ROOT)")
     parser.add_argument("--out", default="reproduce", help="output folder (default: ./reproduce)")
     parser.add_argument("--rows", default=None, help="comma-separated row keys to run (default: all)")
+    parser.add_argument("--list-rows", action="store_true",
+                        help="print the ids of the rows a run covers (all, or those of --rows), one a line, and exit")
+    parser.add_argument("--row-index", default=None, metavar="N",
+                        help="run only row N (0-based) of --list-rows: one row per job of a job array, e.g. "
+                             "--row-index $SLURM_ARRAY_TASK_ID with #SBATCH --array=0-<rows - 1>")
     parser.add_argument("--recipes-dir", default=None, help="recipes folder (default: $DSF_RECIPES_DIR or the checkout's)")
     isolation = parser.add_mutually_exclusive_group()
     isolation.add_argument("--isolate", dest="isolate", action="store_true", default=None,
@@ -56,6 +61,14 @@ def reproduce_command(args: argparse.Namespace) -> int:
         raise UsageError(f"unrecognized arguments: {' '.join(bad)} "
                          "(only --trainer.*, --model.*, --data.* and --seed_everything go to the rows)")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    if args.row_index is not None:
+        rows = [_row_at(args.table, rows, args.row_index)]
+        args.rows = rows[0]  # the command recorded in the outputs runs this one row
+    if args.list_rows:
+        from ..reproduce.tables import row_keys
+
+        print("\n".join(row_keys(args.table, rows)))
+        return 0
     if args.report_only:
         from ..reproduce.runner import report_table
 
@@ -76,3 +89,21 @@ def reproduce_command(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{len(summary[k])} {k.replace('_', ' ')}" for k in ("ran", "skipped_done", "skipped", "failed", "pending"))
     print(f"{args.table}: {counts}\nwrote {summary['markdown']} and {summary['csv']}")
     return EXIT_FAILURE if summary["failed"] else 0  # failed rows are recorded; a re-run retries them
+
+
+def _row_at(table: str, rows: list[str] | None, index: str) -> str:
+    """Row ``index`` (0-based, as ``$SLURM_ARRAY_TASK_ID`` counts from ``--array=0-...``) of the run's rows."""
+    from ..reproduce.tables import row_keys
+
+    keys = row_keys(table, rows)
+    last = len(keys) - 1
+    if not index.strip():  # an unset variable, e.g. `--row-index "$SLURM_ARRAY_TASK_ID"` outside an array job
+        raise UsageError(f"--row-index is empty (is $SLURM_ARRAY_TASK_ID set?): give 0 to {last} (0-based; see --list-rows)")
+    try:
+        number = int(index)
+    except ValueError:
+        number = None
+    if number is None or not 0 <= number <= last:
+        raise UsageError(f"--row-index {index} is not a row of this run: give 0 to {last} (0-based; {len(keys)} rows, "
+                         f"see --list-rows; for a job array: #SBATCH --array=0-{last})")
+    return keys[number]

@@ -229,11 +229,13 @@ torchrun --nnodes 2 --nproc-per-node 4 --node-rank $NODE_RANK --master-addr $MAS
 # SLURM (one task per GPU; Lightning reads the SLURM environment)
 srun --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 dsf reproduce {table_id} --scale paper --out results \\
   --trainer.devices 4 --trainer.num_nodes 2 --trainer.strategy ddp
+# a SLURM job array, one row per job into a shared --out (#SBATCH --array=0-<rows - 1>; see docs/cluster.md)
+dsf reproduce {table_id} --scale paper --out results --row-index $SLURM_ARRAY_TASK_ID
 ```
 
 Re-running the same command skips finished rows (state in `{table_id}.state.json`) and retries failed ones
 from their `last.ckpt`; a row runs again when its recipe's values, its overrides or these options change (the
-recipe's comments do not count); only global rank 0 writes the files. `--trainer.*`, `--model.*` and `--data.*`
+recipe's comments do not count); under torchrun / srun rank 0 decides every row and alone writes the files. `--trainer.*`, `--model.*` and `--data.*`
 options after the table id go to every row's `dsf fit`. Scales: `tiny` (a CPU smoke run, numbers
 meaningless), `small` (sizes capped at 256, <= 5 epochs / 30 min per row), `paper` (the recipes as written).
 """

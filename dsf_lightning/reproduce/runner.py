@@ -34,8 +34,10 @@ missing under the data root are *skipped*, like language-model corpora.
 Results are kept in ``<out>/<table>.state.json`` (written atomically after every row); ``<out>/<table>.md``
 and ``.csv`` are rewritten from it. A finished row (same recipe, overrides and scale) is skipped on the
 next run; a failed or interrupted row is retried, resuming from its ``last.ckpt`` when there is one.
-Under several processes (``--trainer.devices 4 --trainer.strategy ddp``, torchrun, SLURM) only global
-rank 0 writes; with Lightning's own launcher (``--trainer.devices N``) every row runs in a child process
+Under several processes (``--trainer.devices 4 --trainer.strategy ddp``, torchrun, SLURM) global rank 0
+alone reads the state, decides every row (resume or fresh, which checkpoint) and writes; the other ranks
+follow its decision (:mod:`.ranks`). A row starting fresh in a folder of other settings moves it aside
+(:func:`prepare_row_folder`); with Lightning's own launcher (``--trainer.devices N``) every row runs in a child process
 (``child_entry``, handed in by the CLI: ``python -m dsf_lightning.cli.row``) that Lightning can re-launch per
 device.
 """
@@ -63,6 +65,7 @@ import yaml
 from .._fs import file_lock, write_atomic
 from ..cells import UnknownCellError, get_cell
 from .liveness import this_process
+from .ranks import global_rank, share_decision, world_size
 from .report import (
     STATUS_DONE,
     STATUS_FAILED,
@@ -75,7 +78,7 @@ from .report import (
     row_folder,
     write_outputs,
 )
-from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key
+from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key, row_keys
 
 logger = logging.getLogger(__name__)
 
@@ -97,20 +100,6 @@ DISTRIBUTED_FLAGS = ("--trainer.devices", "--trainer.num_nodes", "--trainer.stra
 
 
 # =============================================================================================== helpers
-def global_rank() -> int:
-    """This process's global rank as torchrun / SLURM / Lightning set it (0 when alone)."""
-    for var in ("RANK", "SLURM_PROCID", "GLOBAL_RANK"):
-        value = os.environ.get(var)
-        if value not in (None, ""):
-            try:
-                if var == "SLURM_PROCID" and int(os.environ.get("SLURM_NTASKS", "1")) <= 1:
-                    continue
-                return int(value)
-            except ValueError:
-                continue
-    return 0
-
-
 def load_recipe(path: Path) -> dict:
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
@@ -443,6 +432,9 @@ def _fingerprints(table: Table, row: Row, scale: str, recipe: Any, recipe_text: 
 def run_row(spec: dict, build_cli: Callable) -> dict:
     """Fit then test one row in this process (``spec``: args, workdir, metric, resume, threads); returns its results.
 
+    ``spec["resume"]``: a checkpoint's path relative to the workdir (rank 0's choice, see :func:`run_table`),
+    True (the ``last.ckpt`` beside the run's checkpoints, if there is one) or False (a fresh start).
+
     ``build_cli(args, run=False)`` builds the row's LightningCLI without running it (the CLI passes
     :func:`dsf_lightning.cli.lightning.lightning_cli`: the runner sits below the CLI and does not import it).
 
@@ -457,7 +449,8 @@ def run_row(spec: dict, build_cli: Callable) -> dict:
         torch.set_num_threads(int(spec["threads"]))
     start = time.perf_counter()
     workdir = Path(spec["workdir"])
-    workdir.mkdir(parents=True, exist_ok=True)
+    if not workdir.is_dir():  # rank 0 made it already (a rank of a DDP row writes nothing)
+        workdir.mkdir(parents=True, exist_ok=True)
     previous = os.getcwd()
     os.chdir(workdir)
     try:
@@ -469,7 +462,12 @@ def run_row(spec: dict, build_cli: Callable) -> dict:
         trainer.callbacks.append(progress)
         resume = None
         ckpt_cb = trainer.checkpoint_callback
-        if spec.get("resume") and ckpt_cb is not None and ckpt_cb.dirpath:
+        if isinstance(spec.get("resume"), str):  # the checkpoint rank 0 chose (run_table): every rank loads it
+            resume = str(workdir / spec["resume"])
+            if not Path(resume).is_file():
+                raise FileNotFoundError(f"{resume}, the checkpoint this row resumes from, is not there: the --out "
+                                        "folder must be on a filesystem every rank's machine shares")
+        elif spec.get("resume") and ckpt_cb is not None and ckpt_cb.dirpath:
             last = Path(ckpt_cb.dirpath) / "last.ckpt"
             resume = str(last) if last.is_file() else None
         trainer.fit(model, data, ckpt_path=resume)
@@ -532,10 +530,66 @@ def read_child_result(returncode: int, result_file: Path, where: str = "log abov
     return json.loads(result_file.read_text())
 
 
-def _run_row_isolated(spec: dict, log: Callable[[str], None], entry: str) -> dict:
-    argv, result_file = child_command(spec, entry)
+def _run_child(argv: list[str], result_file: Path) -> dict:
     done = subprocess.run(argv, env=dict(os.environ))
     return read_child_result(done.returncode, result_file)
+
+
+def _fit_line(table_id: str, key: str, recipe: str, scale: str, resume: str | bool, rank: int, world: int) -> str:
+    """The log line of a row's start: what it trains, and rank 0's decision (the same line on every rank)."""
+    how = f"resuming from {resume}" if resume else "starting fresh"
+    ranks = f" [rank {rank} of {world}, as rank 0 decided]" if world > 1 else ""
+    return f"[{table_id}] {key}: fit + test of {recipe} ({scale}), {how}{ranks}"
+
+
+def _follow_rank_zero(table: Table, out: Path, rank: int, world: int, scale: str, log: Callable[[str], None]) -> dict:
+    """A rank other than 0: train (in step with rank 0) the rows rank 0 decided, from the specs it wrote; write
+    nothing. Its summary lists those rows as ran or failed; rank 0's lists the results."""
+    decision = share_decision(None, table.id, out / "runs" / table.id)
+    summary: dict[str, Any] = {"ran": [], "skipped_done": [], "skipped": [], "failed": [], "pending": []}
+    for fit in decision["fits"]:
+        log(_fit_line(table.id, fit["row"], fit["recipe"], scale, fit["resume"], rank, world))
+        done = subprocess.run(fit["argv"], env=dict(os.environ))
+        summary["ran" if done.returncode == 0 else "failed"].append(fit["row"])
+    summary["markdown"], summary["csv"] = out / f"{table.id}.md", out / f"{table.id}.csv"
+    return summary
+
+
+ROW_FINGERPRINT = "fingerprint.txt"
+
+
+def _recipe_last_checkpoint(recipe: dict, workdir: Path) -> Path | None:
+    """``last.ckpt`` in the folder of the recipe's ``ModelCheckpoint`` (relative to the row folder), if named."""
+    for callback in recipe.get("trainer", {}).get("callbacks") or []:
+        if isinstance(callback, dict) and str(callback.get("class_path", "")).endswith("ModelCheckpoint"):
+            dirpath = (callback.get("init_args") or {}).get("dirpath")
+            if dirpath:
+                return workdir / dirpath / "last.ckpt"
+    return None
+
+
+def prepare_row_folder(workdir: Path, fp: str, same_row: set[str], recipe: dict, *, resume: bool,
+                       log: Callable[[str], None]) -> str | None:
+    """Rank 0, before a row trains: the checkpoint it resumes from (a path relative to ``workdir``), or None
+    for a fresh start.
+
+    A row resumes only a folder of its own fingerprint (``fingerprint.txt``, written here; a folder from before
+    that file is trusted as the state says). Starting fresh in a folder that holds anything, it moves the folder
+    aside to ``<row>.superseded-<UTC time>`` (kept, never deleted), so that no ``last.ckpt`` of other settings
+    is left where this run, or one resumed later, would look for it."""
+    marker = workdir / ROW_FINGERPRINT
+    owner = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
+    checkpoint = None
+    if resume and owner in (None, *same_row):
+        last = _recipe_last_checkpoint(recipe, workdir)
+        found = [last] if last is not None and last.is_file() else sorted(workdir.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
+        checkpoint = str(found[-1].relative_to(workdir)) if found else None
+    elif workdir.is_dir() and any(workdir.iterdir()):
+        aside = workdir.with_name(f"{workdir.name}.superseded-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        os.replace(workdir, aside)
+        log(f"its folder held a run of other settings: moved to {aside.name} (start fresh)")
+    write_atomic(marker, fp)
+    return checkpoint
 
 
 def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | None, scale: str) -> dict:
@@ -639,15 +693,19 @@ def run_table(
     if jobs > 1 and distributed:
         raise ValueError("--jobs > 1 trains rows side by side in this machine's processes; it cannot be combined "
                          "with --trainer.devices / num_nodes / strategy (one row at a time uses them all)")
+    rank, world = global_rank(), world_size()
+    if world > 1 and not distributed:
+        raise ValueError(f"this is rank {rank} of {world} processes (torchrun / srun), but no --trainer.devices, "
+                         "--trainer.num_nodes or --trainer.strategy: every rank would train its own copy of the row; "
+                         "add e.g. --trainer.devices 2 --trainer.strategy ddp (devices per node, --trainer.num_nodes)")
     if isolate is None:
         isolate = distributed
     if jobs > 1 and threads is None:
         threads = 1
-    wanted = list(rows) if rows else [r.key for r in table.rows]
-    unknown = [k for k in wanted if k not in {r.key for r in table.rows}]
-    if unknown:
-        raise KeyError(f"table {table.id} has no row(s) {unknown}; rows: {', '.join(r.key for r in table.rows)}")
-    writer = global_rank() == 0
+    wanted = row_keys(table.id, rows)
+    writer = rank == 0
+    if not writer:  # rank 0 decides and writes; this rank trains the rows it was told to, as it was told
+        return _follow_rank_zero(table, out, rank, world, scale, log)
     state_path = out / f"{table.id}.state.json"
     state = _read_state(state_path, table)
     snapshot = json.loads(json.dumps(state))  # every rank decides from the same view
@@ -751,8 +809,11 @@ def run_table(
             continue
         queued_runs.add(run_fp)
         resume = previous.get("fingerprint") in same_row and previous.get("status") in (STATUS_FAILED, STATUS_RUNNING, STATUS_QUEUED)
-        spec = {"args": args, "workdir": str(row_folder(out, table.id, row.key)), "metric": row.metric,
-                "metric_key": metric_key(row), "resume": resume, "threads": threads,
+        workdir = row_folder(out, table.id, row.key)
+        checkpoint = prepare_row_folder(workdir, fp, same_row, recipe, resume=resume,
+                                        log=lambda msg, key=row.key: log(f"[{table.id}] {key}: {msg}"))
+        spec = {"args": args, "workdir": str(workdir), "metric": row.metric,
+                "metric_key": metric_key(row), "resume": checkpoint or False, "threads": threads,
                 "command": fit_command(args, recipes, root)}
         entry.update(args=args, command=spec["command"], commit=state["commit"], reproduce_command=command)
         fits.append((row, entry, spec, run_fp))
@@ -785,12 +846,17 @@ def run_table(
         entry.update(status=STATUS_RUNNING, runner=runner)
         state["rows"][row.key] = dict(entry)
         save()
-        log(f"[{table.id}] {row.key}: fit + test of {row.recipe} ({scale})"
-            + (", resuming from last.ckpt" if spec["resume"] else ""))
+        log(_fit_line(table.id, row.key, row.recipe, scale, spec["resume"], rank, world))
 
     for row, entry, _, _ in fits:
         state["rows"][row.key] = dict(entry, status=STATUS_QUEUED, runner=runner)
     save()
+    children: dict[str, tuple[list[str], Path]] = {}
+    if isolate and jobs == 1:  # each row's spec (row.json) written once, here, by rank 0; every rank runs it
+        children = {row.key: child_command(spec, child_entry) for row, _, spec, _ in fits}
+    share_decision({"fits": [{"row": row.key, "recipe": row.recipe, "resume": spec["resume"],
+                              "argv": children[row.key][0] if row.key in children else None}
+                             for row, _, spec, _ in fits]}, table.id, out / "runs" / table.id)
     if jobs > 1:
         from .parallel import run_rows_in_parallel
 
@@ -801,7 +867,7 @@ def run_table(
             starting(row, entry, spec)
             started = time.perf_counter()
             try:
-                result, err = (_run_row_isolated(spec, log, child_entry) if isolate else run_row(spec, build_cli)), None
+                result, err = (_run_child(*children[row.key]) if isolate else run_row(spec, build_cli)), None
             except Exception as caught:  # noqa: BLE001 - recorded by `trained`
                 result, err = None, caught
             trained(row, entry, spec, run_fp, result, err, started)

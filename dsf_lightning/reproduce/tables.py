@@ -24,6 +24,7 @@ scripts ``python -m dsf_lightning.tasks.{tomita,parentheses}_experiment`` (table
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -483,6 +484,7 @@ def _srnn_imdb() -> Table:
         _task_row("sr-lstm-p-full", "sr-LSTM-p (k = 10), full reviews", 0.092, "imdb_sentiment/sr_lstm_p.yaml", split="full"),
         *_srnn_imdb_truncated(last=False),
         *_srnn_imdb_truncated(last=True),
+        *_srnn_imdb_readings(),
     )
     return Table("srnn-imdb", "sr-RNN paper Figures 9-10, IMDB sentiment (test error)", SRNN, rows,
                  ("Figure 9 (the `trunc10` rows): trained on the first 10 words of every review, tested on reviews cut "
@@ -503,7 +505,18 @@ def _srnn_imdb() -> Table:
                   "and 27.8 (seed 0: 27.1 and 28.4), so the LSTM is ahead for every seed; the paper's RMSprop (lr "
                   "0.01, momentum 0.9) leaves both at chance (48.0 and 50.0). Every model overfits after epoch 2-3 "
                   "(validation error rises), the sr-LSTM-p too, unlike the paper's Figure 18 left.",
-                  "Figure 10 (the `full` rows): full-length reviews."))
+                  "Figure 10 (the `full` rows): full-length reviews.",
+                  "Issue 34's last readings of Figure 9 (each compared with Figure 9's published numbers): "
+                  "`tbptt10` trains and tests on the first 100 (200) words of every review, read in windows of 10 "
+                  "with the state carried and the gradient stopped at each window (`model.init_args.bptt_window: "
+                  "10`; Theano's `truncate_gradient`, the paper's code base; the loss at the review's end, so only "
+                  "its last window learns); `trunc10-pre` is Keras' pad_sequences default (the last 10 / 100 / 200 "
+                  "words, a shorter review padded in front and the padding read: `keep_words: last`, `pad_to_cut: "
+                  "true`, `pad_side: front`); `trunc10-last-upto` tests on the reviews of at most 100 (200) words, "
+                  "whole, instead of cutting every review (`test_over_length: drop`; the paper's Table 3 gives the "
+                  "test lengths as l in [100, 200]); `trunc10-last-k2` / `-k5` are the sr rows with k = 2 / 5 "
+                  "centroids (Table 2 of the paper lists k = 2, 5, 10 for IMDB; Figure 9 does not say which). "
+                  "`pre`, `upto` and the k rows train on the last 10 words, the reading that came closest before."))
 
 
 #: Figure 9: key, name, recipe, overrides, published test error at lengths 100 and 200 (sr-LSTM: the sr-LSTM-p
@@ -524,6 +537,39 @@ def _srnn_imdb_truncated(last: bool) -> tuple[Row, ...]:
                   f"imdb_sentiment/{recipe}.yaml", split=f"l{length}", overrides={**over, **extra})
         for key, name, recipe, over, values in FIGURE9 for length, published in zip((100, 200), values)
     )
+
+
+def _srnn_imdb_readings() -> tuple[Row, ...]:
+    """Issue 34's last readings of Figure 9: truncated BPTT over 100 / 200 words (``tbptt10``), Keras' front
+    padding (``trunc10-pre``), test sets of the reviews that fit (``trunc10-last-upto``), k = 2 and 5."""
+    last = {"data.init_args.keep_words": "last"}
+    rows = []
+    for key, name, recipe, over, values in FIGURE9:
+        for length, published in zip((100, 200), values):
+            rows.append(_task_row(
+                f"{key}-tbptt10-l{length}", f"{name}, first {length} words in windows of 10 (truncated BPTT), tested at {length}",
+                published, f"imdb_sentiment/{recipe}.yaml", split=f"l{length}",
+                overrides={**over, "model.init_args.bptt_window": 10, "data.init_args.train_max_length": length,
+                           "data.init_args.valid_max_length": length, "data.init_args.test_max_lengths": [length]}))
+    for key, name, recipe, over, values in FIGURE9:
+        rows += [_task_row(f"{key}-trunc10-pre-l{length}", f"{name}, last 10 words, tested on the last {length} padded in front",
+                           published, f"imdb_sentiment/{recipe}.yaml", split=f"l{length}",
+                           overrides={**over, **last, "data.init_args.pad_to_cut": True, "data.init_args.pad_side": "front"})
+                 for length, published in zip((100, 200), values)]
+    for key, name, recipe, over, values in FIGURE9:
+        rows += [_task_row(f"{key}-trunc10-last-upto-l{length}", f"{name}, last 10 words, tested on reviews of <= {length} words",
+                           published, f"imdb_sentiment/{recipe}.yaml", split=f"l{length}",
+                           overrides={**over, **last, "data.init_args.test_over_length": "drop"})
+                 for length, published in zip((100, 200), values)]
+    for key, name, recipe, over, values in FIGURE9:
+        if not key.startswith("sr-"):
+            continue
+        rows += [_task_row(f"{key}-trunc10-last-k{k}-l{length}", f"{name.replace('k = 10', f'k = {k}')}"
+                           f"{'' if 'k = ' in name else f' (k = {k})'}, last 10 words, tested on the last {length}",
+                           published, f"imdb_sentiment/{recipe}.yaml", split=f"l{length}",
+                           overrides={**over, **last, "model.init_args.cell_options": {"k": k, "tau": 1.0}})
+                 for k in (2, 5) for length, published in zip((100, 200), values)]
+    return tuple(rows)
 
 
 def _srnn_mnist() -> Table:
@@ -556,3 +602,13 @@ def get_table(table_id: str) -> Table:
         return TABLES[table_id]
     except KeyError:
         raise KeyError(f"unknown table {table_id!r}; known: {', '.join(TABLES)} (see `dsf list tables`)") from None
+
+
+def row_keys(table_id: str, rows: Sequence[str] | None = None) -> list[str]:
+    """The keys of the rows a run of ``table_id`` covers, in order: ``rows`` (each checked) or every row."""
+    table = get_table(table_id)
+    wanted = list(rows) if rows else [r.key for r in table.rows]
+    unknown = [k for k in wanted if k not in {r.key for r in table.rows}]
+    if unknown:
+        raise KeyError(f"table {table.id} has no row(s) {unknown}; rows: {', '.join(r.key for r in table.rows)}")
+    return wanted
