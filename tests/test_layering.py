@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dsf_lightning"
 
 #: bottom to top; a unit may import units of its own layer listed before it, and any unit of a lower layer
 LAYERS: list[tuple[str, ...]] = [
-    ("_fs", "_json", "_machine", "_version", "_checks", "_modes", "_plotting", "_keep"),
+    ("_fs", "_json", "_machine", "_version", "_checks", "_modes", "_plotting", "_keep", "_progress"),
     ("ops",),
     ("cells",),
     ("data",),

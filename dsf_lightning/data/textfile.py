@@ -22,10 +22,11 @@ import logging
 import lzma
 import os
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from .._progress import progress_bar
 
 __all__ = ["LineTooLongError", "LongWord", "MAX_LINE_BYTES", "READ_LIMIT", "TextFileError", "iter_file_parts", "normalized_parts"]
 
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 READ_LIMIT = 1 << 16
 #: a tokenizer that cannot cut a line (``cut_at`` None) gets whole lines up to this size, longer ones are refused
 MAX_LINE_BYTES = 1 << 26
-_PROGRESS_MIN_BYTES = 1 << 20  # files smaller than this get no progress bar
+_PROGRESS_MIN_BYTES = 1 << 18  # files smaller than this (a second or two of scoring) get no progress bar
 _SPACE = re.compile(rb"[ \t\n]")
 _COMPRESSED = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
 
@@ -98,11 +99,7 @@ def _progress_bar(path: Path, desc: str):
         return None
     if size < _PROGRESS_MIN_BYTES:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=size, unit="B", unit_scale=True, desc=f"{desc} {path.name}", file=sys.stderr, leave=False)
+    return progress_bar(size, f"{desc} {path.name}", unit="B", unit_scale=True)  # None unless stderr is a terminal
 
 
 def _open(path: Path, decompress: bool):
@@ -138,7 +135,7 @@ def iter_file_parts(path: str | os.PathLike | BinaryIO, *, cut: str | None, prog
     is not a line (as :func:`dsf_lightning.data.corpora.files.read_lines`). ``decompress``: ``.xz`` / ``.gz`` /
     ``.bz2`` files are read decompressed (offsets are then in the decompressed bytes). ``path`` may be an open
 binary file (standard input: ``sys.stdin.buffer``); it is closed at the end. ``progress``: a tqdm
-    bar on stderr for files over 1 MB, labelled ``desc``.
+    bar on stderr for files over 256 KiB when stderr is a terminal (none in a log or a pipe), labelled ``desc``.
     """
     if hasattr(path, "read"):  # an open binary file
         f, name = path, getattr(path, "name", None)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._progress import progress_bar
 from ..model import RecurrentLM, detach_state
 
 
@@ -90,6 +91,8 @@ def dynamic_evaluation(
     results: dict[str, SplitResult] = {}
     state = None
     prev: int | None = context_token
+    # minutes of work (6-11 on PTB): a bar on a terminal, nothing in a log
+    bar = progress_bar(sum(ids.numel() for _, ids in items), "dynamic evaluation", unit="tok", unit_scale=True)
     for name, ids in items:
         ids = ids.reshape(-1).long()
         start = 0
@@ -111,7 +114,11 @@ def dynamic_evaluation(
                 optimizer.step()
             state = detach_state(new_state)
             prev = int(targets[-1])
+            if bar is not None:
+                bar.update(hi - lo)
         results[name] = SplitResult(nll_sum, count)
+    if bar is not None:
+        bar.close()
     return results
 
 
