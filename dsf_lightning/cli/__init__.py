@@ -22,6 +22,7 @@ from importlib import import_module
 from typing import NamedTuple
 
 from .lightning import LIGHTNING_COMMANDS, is_task_recipe, lightning_cli  # noqa: F401 - the public names
+from .quiet import quiet_third_party
 
 
 class Command(NamedTuple):
@@ -78,6 +79,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``dsf ARGS``: the exit code of the command (see :mod:`.errors`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_third_party()
     if argv and argv[0] in LIGHTNING_COMMANDS:
         from .lightning import run
 

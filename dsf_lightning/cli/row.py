@@ -21,7 +21,9 @@ CHILD_ENTRY = "dsf_lightning.cli.row"
 
 def main(argv: list[str] | None = None) -> int:
     from .lightning import lightning_cli
+    from .quiet import quiet_third_party
 
+    quiet_third_party()
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print(f"usage: python -m {CHILD_ENTRY} SPEC.json", file=sys.stderr)

@@ -477,23 +477,24 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         self._carried["test"] = None
 
     def _log_corpus_metrics(self, stage: str) -> Tensor | None:
-        """Log ``{stage}_loss`` / ``_ppl`` / ``_bpc`` / ``_tokens``; return the logged loss (None: no batches)."""
+        """Log ``{stage}_loss`` / ``_ppl`` / ``_bpc`` (not for a word corpus) / ``_tokens``; return the logged loss
+        (None: no batches)."""
         sums = self._sums.pop(stage, None)
         if sums is None:
             return None
         sums = self.trainer.strategy.reduce(sums, reduce_op="sum")  # exact over all ranks
         nll = sums[0] / sums[1]  # nats per token, float64
-        self.log_dict(
-            {
-                f"{stage}_loss": nll.float(),
-                f"{stage}_ppl": torch.exp(nll).float(),
-                f"{stage}_bpc": (nll / LN2).float(),
-                f"{stage}_tokens": sums[1].float(),
-            },
-            prog_bar=stage == "val",
-            sync_dist=False,
-        )
+        metrics = {f"{stage}_loss": nll.float(), f"{stage}_ppl": torch.exp(nll).float(), f"{stage}_bpc": (nll / LN2).float(),
+                   f"{stage}_tokens": sums[1].float()}
+        if self._tokenizer_name() == "word":  # bits per *character* of a word is no number anyone reads
+            del metrics[f"{stage}_bpc"]
+        self.log_dict(metrics, prog_bar=stage == "val", sync_dist=False)
         return nll.float()
+
+    def _tokenizer_name(self) -> str | None:
+        """The training corpus's tokenizer (``word``, ``char``, ``subword``), None when the data says none."""
+        corpus = getattr(getattr(self._trainer, "datamodule", None), "corpus", None)
+        return getattr(getattr(corpus, "tokenizer", None), "name", None) or None
 
     def on_validation_epoch_end(self) -> None:
         val_loss = self._log_corpus_metrics("val")
