@@ -146,10 +146,11 @@ def _absent(vocab: Vocabulary) -> str:
     return name
 
 
-def hf_tokenizer_json(tokenizer: Tokenizer, vocab: Vocabulary, normalize: str | None = None) -> str | None:
+def hf_tokenizer_json(tokenizer: Tokenizer, vocab: Vocabulary, normalize: str | None = None, *, symbols: dict | None = None) -> str | None:
     """The ``tokenizers``-library JSON giving ``vocab.encode(tokenizer.tokenize_line(line))`` for every line
     (after the text normalizer ``normalize``, config.json's, where :data:`EXPRESSED` holds it), or None where
-    no ``tokenizers`` pipeline is exact (see the module docstring)."""
+    no ``tokenizers`` pipeline is exact (see the module docstring). ``symbols``: the WordLevel vocabulary
+    written instead of ``vocab``'s (the load check compares the pipeline alone, without 10,000 symbols)."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import normalizers, processors
     from tokenizers.models import WordLevel
@@ -159,7 +160,8 @@ def hf_tokenizer_json(tokenizer: Tokenizer, vocab: Vocabulary, normalize: str | 
         return None
     steps, pre_tokenizer = pipeline
     # a closed vocabulary (characters) has no <unk>: tokenizers then refuses an unknown symbol, as Scorer does
-    hf = HFTokenizer(WordLevel(dict(vocab.stoi), unk_token=vocab.unk if vocab.unk is not None else _absent(vocab)))
+    unk = vocab.unk if vocab.unk is not None else _absent(vocab)
+    hf = HFTokenizer(WordLevel(dict(vocab.stoi) if symbols is None else symbols, unk_token=unk))
     hf.normalizer = steps[0] if len(steps) == 1 else normalizers.Sequence(steps)
     hf.pre_tokenizer = pre_tokenizer
     # no added tokens: "<eos>" or "<unk>" written inside a word must stay part of that word, as here
@@ -180,10 +182,11 @@ def hf_tokenizer_mismatch(document, tokenizer: Tokenizer, vocab: Vocabulary, nor
     the pipeline must be the exact one :func:`hf_tokenizer_json` writes (with config.json's text normalizer
     ``normalize``, or without it: folders written before it was carried), and a probe text (vocabulary
     symbols and an unknown word) must encode to the same ids."""
-    expected = hf_tokenizer_json(tokenizer, vocab, normalize)
+    specials = {s: vocab.stoi[s] for s in (vocab.eos, vocab.unk) if s is not None}  # the pipeline alone is compared
+    expected = hf_tokenizer_json(tokenizer, vocab, normalize, symbols=specials)
     legacy = expected is not None and normalize in EXPRESSED and isinstance(document, dict)
     if legacy and document.get("normalizer") != json.loads(expected)["normalizer"]:
-        expected = hf_tokenizer_json(tokenizer, vocab)  # an older folder: its file reads normalized text
+        expected = hf_tokenizer_json(tokenizer, vocab, symbols=specials)  # an older folder: its file reads normalized text
     if expected is None:
         return f"no tokenizers pipeline reproduces a {tokenizer.name!r} tokenizer, so no such file belongs to the model"
     expected = json.loads(expected)
