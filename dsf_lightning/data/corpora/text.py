@@ -34,7 +34,7 @@ from .files import CorpusError, FileSpec, read_lines
 
 class TextFolder(CorpusSpec):
     name = "text-folder"
-    description = "a folder of train.txt / valid.txt / test.txt"
+    description = "your own text: a folder of train.txt / valid.txt / test.txt, or one file split 80/10/10 by lines"
     folder = ""
     howto = "give the folder with path=... (absolute, or relative to the data root, else to the current folder)"
     defaults = {
