@@ -152,12 +152,18 @@ def test_prepare_row_folder_resumes_only_its_own_fingerprints_checkpoint(tmp_pat
 
 
 def test_several_ranks_without_device_flags_is_a_usage_error(tmp_path, monkeypatch, capsys):
-    """Each rank would train its own copy of the row and write the same files: refused, one line, exit 2."""
+    """Each rank would train its own copy of the row and write the same files: refused, one line, exit 2;
+    so is ``--in-process`` with several ranks."""
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     code = main(["reproduce", TABLE, "--scale", "tiny", "--rows", ROW, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and "--trainer.devices" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+    # the other ranks run rank 0's row.json in a child process: --in-process cannot be theirs
+    code = main(["reproduce", TABLE, "--scale", "tiny", "--rows", ROW, "--out", str(tmp_path / "out"), "--in-process", *DDP])
+    err = capsys.readouterr().err
+    assert code == 2 and "--in-process" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
 
 

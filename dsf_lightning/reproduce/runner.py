@@ -698,6 +698,9 @@ def run_table(
         raise ValueError(f"this is rank {rank} of {world} processes (torchrun / srun), but no --trainer.devices, "
                          "--trainer.num_nodes or --trainer.strategy: every rank would train its own copy of the row; "
                          "add e.g. --trainer.devices 2 --trainer.strategy ddp (devices per node, --trainer.num_nodes)")
+    if world > 1 and isolate is False:  # the other ranks run rank 0's row.json in a child process
+        raise ValueError("--in-process cannot be combined with several ranks (torchrun / srun): every rank runs its "
+                         "rows in a child process; drop --in-process")
     if isolate is None:
         isolate = distributed
     if jobs > 1 and threads is None:
