@@ -4,6 +4,7 @@ new user would run it: a subprocess of the real `dsf` entry, no traceback."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +41,23 @@ def test_export_of_a_folder_says_it_is_a_folder(tmp_path):
     (tmp_path / "run" / "checkpoints" / "best.ckpt").write_bytes(b"")
     line = one_line_error(dsf("export", str(tmp_path / "run"), str(tmp_path / "out")), "export")
     assert "is a folder" in line and "checkpoints/best.ckpt" in line
+
+
+@pytest.mark.parametrize("source", ["sr-lstm-p-imdb", "FOLDER"])
+def test_onnx_export_of_a_classifier_says_onnx_is_for_language_models(tmp_path, source):
+    import dsf_lightning
+
+    if source == "FOLDER":
+        source = str(Path(dsf_lightning.__file__).parent / "pretrained" / "sr-lstm-p-imdb")
+    line = one_line_error(dsf("export", "--format", "onnx", source, str(tmp_path / "c.onnx")), "export")
+    assert "--format onnx exports language models only" in line, line
+    assert not (tmp_path / "c.onnx").exists()
+
+
+def test_classify_help_names_the_default_it_uses():
+    from dsf_lightning.cli.classify import DEFAULT_MODEL
+
+    done = dsf("classify", "--help")
+    assert done.returncode == 0
+    assert f"(default: {DEFAULT_MODEL})" in " ".join(done.stdout.split()), done.stdout
+    assert "delta-rnn-ptb" not in done.stdout  # the language model score uses is no default of classify

@@ -56,8 +56,7 @@ def add_classify_parser(subparsers, help: str | None = None) -> argparse.Argumen
                    help=f"a UTF-8 file of texts, one per line ('-': standard input), read as it is classified; "
                    f"a text longer than {MAX_TEXT_BYTES:,} bytes is refused")
     p.add_argument("--whole-file", action="store_true", help="with --file: the whole file is one text")
-    add_model_arguments(p)
-    p.set_defaults(model=DEFAULT_MODEL)
+    add_model_arguments(p, default=DEFAULT_MODEL)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     p.add_argument("--max-length", type=int, default=None, metavar="N",

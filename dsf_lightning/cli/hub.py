@@ -187,7 +187,15 @@ def _export_onnx(args: argparse.Namespace) -> int:
         )
     else:
         model = args.checkpoint  # a pretrained folder or a published name: the hub's loader resolves it
-    path = to_onnx(model, args.output, opset=args.opset, check=not args.no_check)
+    from ..hub._folder import WrongTaskError
+
+    try:
+        path = to_onnx(model, args.output, opset=args.opset, check=not args.no_check)
+    except WrongTaskError as err:  # a classifier folder or name: say what ONNX export is for, not how to load it
+        if "text classifier" not in str(err).split(", not a ")[0]:
+            raise
+        raise ValueError(f"{args.checkpoint} holds a text classifier: --format onnx exports language models only; "
+                         f"use the classifier's folder as it is (dsf classify --model {args.checkpoint})") from None
     checked = "" if args.no_check else ", checked against onnxruntime"
     print(f"exported {args.checkpoint} -> {path} ({path.stat().st_size / 1e6:.2f} MB ONNX{checked})")
     return 0

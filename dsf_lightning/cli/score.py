@@ -35,10 +35,11 @@ from .errors import report_errors, standalone_main
 DEFAULT_MODEL = "delta-rnn-ptb"
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model`` / ``--revision`` / ``--device``: which pretrained model a text command loads, and where."""
-    p.add_argument("--model", "-m", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
-                   help=f"hub model name, hub repo id or local folder (default: {DEFAULT_MODEL})")
+def add_model_arguments(p: argparse.ArgumentParser, default: str = DEFAULT_MODEL) -> None:
+    """``--model`` / ``--revision`` / ``--device``: which pretrained model a text command loads (``default`` when
+    --model is not given, named in the help), and where."""
+    p.add_argument("--model", "-m", default=default, metavar="NAME_OR_PATH",
+                   help=f"hub model name, hub repo id or local folder (default: {default})")
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     p.add_argument("--device", default="cpu",
                    help="torch device: cpu, cuda, cuda:N, mps (default cpu); one this machine lacks is an error")
