@@ -165,9 +165,40 @@ def test_the_imdb_last_words_rows_train_and_test_on_the_last_words(tmp_path):
                                     runner.task_data_root_key(recipe), raw_strings=True)
         cli = lightning_cli(args, run=False)
         assert cli.datamodule.keep_words == keep and cli.model.hparams.cell == "sr-lstm"
-    last = [r for r in table.rows if "-last-" in r.key]
+    last = [r for r in table.rows if "trunc10-last-l" in r.key]
     assert len(last) == 8 and all(r.overrides["data.init_args.keep_words"] == "last" for r in last)
     assert {r.published for r in last} == {r.published for r in table.rows if "trunc10-l" in r.key}
+
+
+def test_the_imdb_readings_of_issue_34_reach_the_model_and_data_the_cli_builds(tmp_path):
+    """Figure 9's last readings: truncated BPTT over 100 words (bptt_window 10), Keras' front padding, test sets of
+    the reviews that fit, k = 2 and 5 centroids; each row's overrides reach what LightningCLI builds."""
+    from dsf_lightning.cli.lightning import lightning_cli
+    from tests.tasks.conftest import write_numbered_imdb
+
+    write_numbered_imdb(tmp_path)
+    recipes, table = default_recipes_dir(), get_table("srnn-imdb")
+
+    def built(key):
+        row = table.row(key)
+        recipe = runner.load_recipe(recipes / row.recipe)
+        args = runner.cli_arguments(recipes / row.recipe, runner.merged_overrides(recipe, row, "paper"), str(tmp_path),
+                                    ["--data.init_args.verify=false"], runner.task_data_root_key(recipe), raw_strings=True)
+        cli = lightning_cli(args, run=False)
+        return cli.model, cli.datamodule, runner.metric_key(row)
+
+    model, data, metric = built("sr-lstm-p-tbptt10-l200")
+    assert model.bptt_window == 10 and metric == "test_error/l200"
+    assert (data.train_max_length, data.valid_max_length, data.test_max_lengths) == (200, 200, (200,))
+    model, data, _ = built("lstm-trunc10-pre-l100")
+    assert (data.keep_words, data.pad_to_cut, data.pad_side) == ("last", True, "front") and model.bptt_window is None
+    _, data, _ = built("lstm-p-trunc10-last-upto-l100")
+    assert (data.keep_words, data.test_over_length, data.pad_to_cut) == ("last", "drop", False)
+    for key, cell, k in (("sr-lstm-trunc10-last-k2-l100", "sr-lstm", 2), ("sr-lstm-p-trunc10-last-k5-l200", "sr-lstm-p", 5)):
+        model, data, _ = built(key)
+        assert model.hparams.cell == cell and model.cell.centroids.shape[0] == k and data.keep_words == "last"
+    keys = [r.key for r in table.rows]
+    assert len(keys) == len(set(keys)) == 18 + 8 + 8 + 8 + 8
 
 
 def test_task_rows_whose_data_is_missing_are_skipped_and_named(tmp_path):

@@ -244,7 +244,12 @@ class IMDBSentimentDataModule(SequenceDataModule):
     truncates by default; the paper does not say which it kept). ``pad_to_cut``: a review shorter than its
     split's cut is padded at the end with ``<pad>`` up to the cut (after the end token), and the model reads
     the padding as input, as the sr-RNN authors' ``prepare_data`` does (their released parentheses code sets
-    every length to ``maxlen``); off by default (a review ends where it ends).
+    every length to ``maxlen``); off by default (a review ends where it ends). ``pad_side``: where that
+    padding goes, ``"end"`` (default) or ``"front"`` (before ``<s>``: Keras' ``pad_sequences`` default,
+    ``padding='pre'``; with ``keep_words="last"`` also its ``truncating='pre'``). ``test_over_length``: what
+    a test set does with a review longer than its length, ``"cut"`` it (default) or ``"drop"`` it (the test
+    set is then the reviews of at most that many words, read whole; Table 3 of the paper gives the test
+    lengths as ``l in [100, 200]``).
     """
 
     # what a classifier folder records (dsf_lightning.hub.classifier): reviews read as _read reads them
@@ -256,7 +261,8 @@ class IMDBSentimentDataModule(SequenceDataModule):
         self, data_root: str | os.PathLike | None = None, max_vocab: int = 20_000, min_count: int = 1,
         train_max_length: int | None = None, valid_max_length: int | None = None,
         test_max_lengths: Sequence[int | None] = (None,), valid_every: int = 10, verify: bool = True,
-        keep_words: str = "first", pad_to_cut: bool = False, batch_size: int = 32, **kwargs: Any,
+        keep_words: str = "first", pad_to_cut: bool = False, pad_side: str = "end", test_over_length: str = "cut",
+        batch_size: int = 32, **kwargs: Any,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         if valid_every == 1 or valid_every < 0:
@@ -264,7 +270,13 @@ class IMDBSentimentDataModule(SequenceDataModule):
         if keep_words not in KEEP:
             raise ValueError(f"keep_words must be one of {KEEP} (which words of a review longer than a cut are "
                              f"kept), got {keep_words!r}")
-        self.keep_words, self.pad_to_cut = keep_words, pad_to_cut
+        if pad_side not in ("end", "front"):
+            raise ValueError(f"pad_side must be 'end' or 'front' (where pad_to_cut puts the padding), got {pad_side!r}")
+        if test_over_length not in ("cut", "drop"):
+            raise ValueError(f"test_over_length must be 'cut' or 'drop' (what a test set does with a review longer "
+                             f"than its length), got {test_over_length!r}")
+        self.keep_words, self.pad_to_cut, self.pad_side = keep_words, pad_to_cut, pad_side
+        self.test_over_length = test_over_length
         self.data_root = data_root
         self.max_vocab, self.min_count = max_vocab, min_count
         self.train_max_length, self.valid_max_length = train_max_length, valid_max_length
@@ -305,7 +317,8 @@ class IMDBSentimentDataModule(SequenceDataModule):
         encoded = [self.vocab.encode(w) for w in words]
         if max_length and self.pad_to_cut:
             full = max_length + (2 if self.vocab.start_end_tokens else 0)  # <s>, max_length words, </s>
-            encoded = [e + [self.vocab.pad_id] * (full - len(e)) for e in encoded]
+            pads = [[self.vocab.pad_id] * (full - len(e)) for e in encoded]
+            encoded = [p + e if self.pad_side == "front" else e + p for e, p in zip(encoded, pads)]
         return TokenSequenceDataset(encoded, labels, {"length": [len(w) for w in words]})
 
     def prepare_vocab(self) -> Vocabulary:
@@ -326,7 +339,11 @@ class IMDBSentimentDataModule(SequenceDataModule):
             words, labels = self._read("test")
             for max_length in self.test_max_lengths:
                 name = "full" if max_length is None else f"l{max_length}"
-                self.test_sets[name] = self._dataset(words, labels, max_length)
+                if max_length and self.test_over_length == "drop":  # the reviews that fit, whole
+                    kept = [i for i, w in enumerate(words) if len(w) <= max_length]
+                    self.test_sets[name] = self._dataset([words[i] for i in kept], [labels[i] for i in kept], max_length)
+                else:
+                    self.test_sets[name] = self._dataset(words, labels, max_length)
 
     def model_options(self) -> dict[str, Any]:
         self._ensure_vocab()

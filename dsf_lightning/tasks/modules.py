@@ -101,13 +101,16 @@ class _RecurrentSequenceModule(FusedClipping, L.LightningModule):
         return hasattr(self.cell, "centroids") and hasattr(self.cell, "regularized_recur")
 
     def run_cell(
-        self, x: Tensor, lengths: Tensor, state: State | None = None, collect_probs: bool = False
+        self, x: Tensor, lengths: Tensor, state: State | None = None, collect_probs: bool = False,
+        window: int | None = None,
     ) -> tuple[list[Tensor], Tensor, State, list[Tensor]]:
         """Run the cell over ``x [B, T, I]``, each sequence for ``lengths[b]`` steps.
 
         Returns (outputs of every step, each ``[B, O]``; the output at each sequence's last step;
         the state after it; the transition probabilities ``[B, k]`` of every step if ``collect_probs``).
         A sequence whose steps are over keeps its state (the mask), so padding never leaks in.
+        ``window``: truncated BPTT, the state is carried into every ``window``-th step (0, w, 2w, ...,
+        counted from each sequence's start) detached, so values are unchanged and gradients stop there.
         """
         cell = self.cell
         B = x.shape[0]
@@ -120,6 +123,9 @@ class _RecurrentSequenceModule(FusedClipping, L.LightningModule):
         last = x.new_zeros(B, cell.output_size)
         outputs, probs = [], []
         for t in range(steps):
+            if window and t and t % window == 0:  # only where a sequence goes on: an ended one keeps its graph
+                going = (lengths > t)[:, None]
+                state = tuple(torch.where(going, s.detach(), s) for s in state)
             if collect_probs:
                 out, new_state, alpha = cell.regularized_recur(projected[t], state)
                 probs.append(alpha)
@@ -229,6 +235,12 @@ class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
             or ``"hidden+cell"`` (both, concatenated: the paper's pixel-MNIST classifier, sec. 4.3).
         end_token: the last real position of each sequence is the end token, applied without the
             stochastic component (sec. 3.3); must match the DataModule's ``start_end_tokens``.
+        bptt_window: truncated BPTT over a whole sequence: it is read in windows of this many steps
+            (from ``<s>``), the state carried from window to window but the gradient stopped at every
+            window's start, the loss still at the end of the sequence (so only the last window, and
+            the end token, learn from it). ``None`` (default): back-propagate through every step. One
+            reading of the sr-RNN paper's IMDB Figure 9 ("training only on truncated sequences of
+            length 10"): its Theano scan's ``truncate_gradient``; the paper's text does not say more.
         optimizer, lr, weight_decay, momentum: ``"adam"`` (default), ``"rmsprop"`` (the paper: lr 0.01,
             momentum 0.9) or ``"sgd"``.
     """
@@ -254,6 +266,7 @@ class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
         cell_options: dict[str, Any] | None = None,
         readout: Literal["hidden", "cell", "hidden+cell"] = "hidden",
         end_token: bool = True,
+        bptt_window: int | None = None,
         optimizer: Literal["adam", "rmsprop", "sgd"] = "adam",
         lr: float = 1e-2,
         weight_decay: float = 0.0,
@@ -271,8 +284,11 @@ class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
                 f"readout={readout!r} reads the second state tensor (a cell state), but cell {cell!r} has "
                 f"state sizes {self.cell.state_sizes}; use readout='hidden'"
             )
+        if bptt_window is not None and bptt_window < 1:
+            raise ValueError(f"bptt_window must be >= 1 (steps per truncated-BPTT window) or null, got {bptt_window}")
         self.readout = readout
         self.end_token = end_token
+        self.bptt_window = bptt_window
         width = {"hidden": self.cell.output_size}.get(readout)
         if width is None:
             c = self.cell.state_sizes[1]
@@ -296,12 +312,13 @@ class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
     def _body(self, inputs: Tensor, lengths: Tensor, collect_probs: bool = False):
         x = self.encode(inputs)
         lengths = lengths.to(x.device)
+        window = self.bptt_window
         if not self.end_token:
-            _, last, state, probs = self.run_cell(x, lengths, collect_probs=collect_probs)
+            _, last, state, probs = self.run_cell(x, lengths, collect_probs=collect_probs, window=window)
             return x, lengths, last, state, probs
         if bool((lengths < 1).any()):
             raise ValueError("with end_token=True every sequence needs at least its end token")
-        _, last, state, probs = self.run_cell(x, lengths - 1, collect_probs=collect_probs)
+        _, last, state, probs = self.run_cell(x, lengths - 1, collect_probs=collect_probs, window=window)
         return x, lengths, last, state, probs
 
     def forward(self, inputs: Tensor, lengths: Tensor) -> Tensor:

@@ -2,6 +2,8 @@
 IMDB from the shared data when present (marked ``corpus``)."""
 
 import gzip
+import json
+import lzma
 import struct
 
 import numpy as np
@@ -272,3 +274,47 @@ def test_imdb_pad_to_cut_makes_a_short_review_as_long_as_its_cut_and_the_model_r
     assert len(data.test_sets["full"][0]["inputs"]) == 10  # no cut: never padded
     batch = next(iter(data.test_dataloader()[0]))  # the l12 test set
     assert batch["lengths"].tolist() == [14 if pad else 10] * 2  # what the classifier reads up to
+
+
+def test_imdb_pad_side_front_pads_before_the_review_and_keeps_its_last_words(tmp_path):
+    """Keras' pad_sequences default (padding='pre', truncating='pre'): the last words of a long review, a short
+    review padded in front (before <s>) up to its cut, and the model reads the padding first."""
+    data = IMDBSentimentDataModule(data_root=write_numbered_imdb(tmp_path, n_words=8), verify=False, valid_every=0,
+                                   train_max_length=5, test_max_lengths=(12,), keep_words="last", pad_to_cut=True,
+                                   pad_side="front", batch_size=2)
+    data.setup("fit")
+    data.setup("test")
+
+    def symbols(dataset):
+        return [data.vocab.symbols[t] for t in dataset[0]["inputs"].tolist()]
+
+    assert symbols(data.train_set) == ["<s>", *WORDS[3:8], "</s>"]  # cut to its last 5 words: nothing to pad
+    assert symbols(data.test_sets["l12"]) == ["<pad>"] * 4 + ["<s>", *WORDS[:8], "</s>"]
+    batch = next(iter(data.test_dataloader()))  # one test set: one loader
+    assert batch["lengths"].tolist() == [14, 14]  # the classifier reads the 4 pads, then the review
+    with pytest.raises(ValueError, match="pad_side must be 'end' or 'front'"):
+        IMDBSentimentDataModule(data_root=tmp_path, pad_side="pre")
+
+
+def test_imdb_test_over_length_drop_keeps_the_reviews_that_fit_whole(tmp_path):
+    """test_over_length='drop': a test set of length L is the reviews of at most L words, uncut (the paper's
+    Table 3: test lengths in [100, 200]); 'cut' (the default) cuts every review to L."""
+    root = tmp_path / "data"
+    (root / "imdb").mkdir(parents=True)
+    reviews = [(3, 0), (5, 1), (8, 0), (12, 1)]  # (words, label)
+    for split in ("train", "test"):
+        with lzma.open(root / "imdb" / f"{split}.jsonl.xz", "wt", encoding="utf-8") as f:
+            for n, label in reviews:
+                f.write(json.dumps({"id": n, "rating": 9 if label else 2, "label": label, "text": " ".join(WORDS[:n])}) + "\n")
+    kept = {}
+    for how in ("cut", "drop"):
+        data = IMDBSentimentDataModule(data_root=root, verify=False, valid_every=0, train_max_length=5,
+                                       test_max_lengths=(5, 8, None), test_over_length=how)
+        data.setup("test")
+        kept[how] = {name: (sorted(s.lengths.tolist()), s.labels.tolist()) for name, s in data.test_sets.items()}
+    assert kept["cut"]["l5"] == ([5, 7, 7, 7], [0, 1, 0, 1])  # <s> + at most 5 words + </s>
+    assert kept["drop"]["l5"] == ([5, 7], [0, 1])  # the 3- and 5-word reviews, whole
+    assert kept["drop"]["l8"] == ([5, 7, 10], [0, 1, 0])
+    assert kept["drop"]["full"] == kept["cut"]["full"]  # no length: every review either way
+    with pytest.raises(ValueError, match="test_over_length must be 'cut' or 'drop'"):
+        IMDBSentimentDataModule(data_root=root, test_over_length="filter")

@@ -137,3 +137,43 @@ def test_tagger_on_copying_memory():
     assert {"test_loss", "test_acc", "test_last_acc"} <= set(trainer.callback_metrics)
     batch = next(iter(data.test_dataloader()))
     assert model(batch["inputs"], batch["lengths"]).shape == (16, 11, 10)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "sr-lstm-p"])
+def test_bptt_window_carries_the_state_but_stops_the_gradient_at_every_window(cell):
+    """Truncated BPTT over a whole sequence (windows of 4 here, 10 in the IMDB rows): the logits are those of
+    the untruncated model (the state is carried across windows), but only the last window's inputs (and the end
+    token) get a gradient from the loss at the end; every sequence of a batch starts from a fresh state."""
+    torch.manual_seed(0)
+    vocab = Vocabulary("01")
+    full = SequenceClassifier(vocab_size=len(vocab), cell=cell, hidden_size=6).double()
+    windowed = SequenceClassifier(vocab_size=len(vocab), cell=cell, hidden_size=6, bptt_window=4).double()
+    windowed.load_state_dict(full.state_dict())
+    batch = batch_of(vocab, ["0110100110", "101"])  # 12 and 5 positions: <s> 10 symbols </s>; <s> 3 symbols </s>
+
+    def input_grads(model):
+        seen = []
+
+        def keep(_module, _inputs, out):
+            out.retain_grad()
+            seen.append(out)
+
+        hook = model.embedding.register_forward_hook(keep)
+        model(batch["inputs"], batch["lengths"])[:, 1].sum().backward()
+        hook.remove()
+        return seen[0].grad.abs().sum(-1)  # [B, T]: the gradient at each embedded input
+
+    logits = full(batch["inputs"], batch["lengths"])
+    assert torch.allclose(windowed(batch["inputs"], batch["lengths"]), logits)  # the state carried: same values
+    assert torch.allclose(windowed(batch["inputs"][:1], batch["lengths"][:1]), logits[:1])  # reset per sequence
+    g_full, g_win = input_grads(full), input_grads(windowed)
+    # review 0: steps 0-10 run the cell (the 12th position, </s>, is the end step); windows 0-3, 4-7, 8-10
+    assert (g_full[0, :8] > 0).all() and (g_win[0, :8] == 0).all()
+    assert (g_win[0, 8:12] > 0).all()
+    # review 1 is shorter than a window: nothing truncated; its padding gets no gradient
+    assert (g_win[1, :5] > 0).all() and (g_win[1, 5:] == 0).all()
+
+
+def test_bptt_window_must_be_positive():
+    with pytest.raises(ValueError, match="bptt_window must be >= 1"):
+        SequenceClassifier(vocab_size=3, cell="lstm", bptt_window=0)
