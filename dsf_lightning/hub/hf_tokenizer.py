@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 
-from ..data.normalize import _ABBREVIATIONS, _AMBIGUOUS, _PTB_CHARS, _TRANSLATE
+from ..data.normalize import _ABBREVIATIONS, _AMBIGUOUS, _PTB_CHARS, _TRANSLATE, PTBCharNormalizer
 from ..data.tokenizers import CharTokenizer, Tokenizer, WordTokenizer
 from ..data.vocab import Vocabulary
 
@@ -132,7 +132,7 @@ def _pipeline(tokenizer: Tokenizer, normalize: str | None) -> tuple[list, object
     if type(tokenizer) is CharTokenizer:
         if tokenizer.mode == "ptb":
             if normalize == "ptb-char" and tokenizer.eos:
-                return [*_ptb_char_steps(tokenizer.eos, tokenizer.space), *whitespace[0]], whitespace[1]
+                return [*_ptb_char_steps(tokenizer.eos, PTBCharNormalizer.space), *whitespace[0]], whitespace[1]
             return whitespace
         return [N.Replace(" ", tokenizer.space)], P.Split(Regex(ANY_CODE_POINT), behavior="isolated", invert=False)
     return None

@@ -212,3 +212,18 @@ def test_a_classifier_saved_again_keeps_its_folders_dtype_and_card(tmp_path):
     assert (folder / "model.safetensors").read_bytes() == (bundled / "model.safetensors").read_bytes()
     mine, theirs = (ModelCard.load(f / "README.md").data for f in (folder, bundled))
     assert mine.license == theirs.license == "apache-2.0" and mine.eval_results == theirs.eval_results
+
+
+def test_the_ptb_char_normalizer_writes_its_own_word_separator_whatever_the_tokenizers_space():
+    """ptb-char writes '_' between words (PTBCharNormalizer.space); a char tokenizer whose own space symbol is
+    another reads that '_' as a symbol, and the tokenizers file must too."""
+    from dsf_lightning.data.tokenizers import get_tokenizer
+    from dsf_lightning.data.vocab import Vocabulary
+
+    tokenizer = get_tokenizer("char", mode="ptb", space="|")
+    vocab = Vocabulary(["<eos>", *"abcdefghijklmnopqrstuvwxyz_N.'"], eos="<eos>")
+    hf = tokenizers.Tokenizer.from_str(hf_tokenizer_json(tokenizer, vocab, "ptb-char"))
+    normalizer = get_normalizer("ptb-char")
+    for line in ["The cat sat. 3 dogs", "ab cd", "Mr. Dog's bone!"]:
+        want = [i for s in normalizer.normalize_line(line) for i in vocab.encode(tokenizer.tokenize_line(s))]
+        assert hf.encode(line).ids == want, line
