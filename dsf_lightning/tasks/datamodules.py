@@ -272,6 +272,8 @@ class IMDBSentimentDataModule(SequenceDataModule):
                              f"kept), got {keep_words!r}")
         if pad_side not in ("end", "front"):
             raise ValueError(f"pad_side must be 'end' or 'front' (where pad_to_cut puts the padding), got {pad_side!r}")
+        if pad_side == "front" and not pad_to_cut:
+            raise ValueError("pad_side='front' places the padding of pad_to_cut: set pad_to_cut=True too")
         if test_over_length not in ("cut", "drop"):
             raise ValueError(f"test_over_length must be 'cut' or 'drop' (what a test set does with a review longer "
                              f"than its length), got {test_over_length!r}")
@@ -341,6 +343,9 @@ class IMDBSentimentDataModule(SequenceDataModule):
                 name = "full" if max_length is None else f"l{max_length}"
                 if max_length and self.test_over_length == "drop":  # the reviews that fit, whole
                     kept = [i for i, w in enumerate(words) if len(w) <= max_length]
+                    if not kept:
+                        raise ValueError(f"test_over_length='drop' leaves no test review of at most {max_length} words "
+                                         f"(the shortest has {min(map(len, words))}); use a longer test length or 'cut'")
                     self.test_sets[name] = self._dataset([words[i] for i in kept], [labels[i] for i in kept], max_length)
                 else:
                     self.test_sets[name] = self._dataset(words, labels, max_length)

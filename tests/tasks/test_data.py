@@ -294,6 +294,8 @@ def test_imdb_pad_side_front_pads_before_the_review_and_keeps_its_last_words(tmp
     assert batch["lengths"].tolist() == [14, 14]  # the classifier reads the 4 pads, then the review
     with pytest.raises(ValueError, match="pad_side must be 'end' or 'front'"):
         IMDBSentimentDataModule(data_root=tmp_path, pad_side="pre")
+    with pytest.raises(ValueError, match="set pad_to_cut=True too"):  # front padding alone would do nothing
+        IMDBSentimentDataModule(data_root=tmp_path, pad_side="front")
 
 
 def test_imdb_test_over_length_drop_keeps_the_reviews_that_fit_whole(tmp_path):
@@ -318,3 +320,6 @@ def test_imdb_test_over_length_drop_keeps_the_reviews_that_fit_whole(tmp_path):
     assert kept["drop"]["full"] == kept["cut"]["full"]  # no length: every review either way
     with pytest.raises(ValueError, match="test_over_length must be 'cut' or 'drop'"):
         IMDBSentimentDataModule(data_root=root, test_over_length="filter")
+    empty = IMDBSentimentDataModule(data_root=root, verify=False, test_max_lengths=(2,), test_over_length="drop")
+    with pytest.raises(ValueError, match="leaves no test review of at most 2 words"):  # not an empty test set
+        empty.setup("test")
