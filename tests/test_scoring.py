@@ -378,7 +378,7 @@ def test_cli_with_a_real_pretrained_folder(word_lm, tmp_path, capsys):
     pytest.importorskip("dsf_lightning.model.pretrained")
     folder = Scorer(word_lm).save_pretrained(tmp_path / "toy-model") or tmp_path / "toy-model"
     assert score_command.main(["--model", str(folder), "--json", "the cat sat on the mat"]) == 0
-    (s,) = json.loads(capsys.readouterr().out)["sentences"]
+    (s,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert s["logprob"] == pytest.approx(Scorer(word_lm).score("the cat sat on the mat").logprob, abs=1e-4)
     for model in (str(tmp_path / "no-such-folder"), "no-such-model-name"):
         assert score_command.main(["--model", model, "the cat"]) == 2
@@ -405,8 +405,8 @@ def test_cli_table_and_json(cli, capsys):
     out = capsys.readouterr().out
     assert "ppl" in out and "the cat sat on the mat" in out and cli == ["delta-rnn-ptb"]
     assert score_command.main(["--json", "--per-token", "--model", "toy", "the zebra"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    (s,) = doc["sentences"]
+    (s,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # JSON lines: one per sentence
+    assert s["model"] == "toy"
     assert [t["token"] for t in s["tokens"]] == ["the", "<unk>", "<eos>"] and s["num_oov"] == 1
     assert s["tokens"][0]["surprisal"] == pytest.approx(-s["tokens"][0]["logprob"] / LN2)
     assert cli[-1] == "toy"
@@ -420,11 +420,12 @@ def test_cli_file(cli, capsys, document):
     out = capsys.readouterr().out
     assert f"{len(lines)} lines" in out and "ppl" in out
     assert score_command.main(["--file", str(path), "--json", "--per-token"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert len(doc["tokens"]) == doc["num_tokens"] and doc["num_lines"] == len(lines)
-    assert sum(t["logprob"] for t in doc["tokens"]) == pytest.approx(doc["logprob"], abs=1e-4)
+    *tokens, doc = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # a line per token, summary last
+    assert len(tokens) == doc["num_tokens"] and doc["num_lines"] == len(lines) and doc["source"] == str(path)
+    assert sum(t["logprob"] for t in tokens) == pytest.approx(doc["logprob"], abs=1e-4)
     assert score_command.main(["--file", str(path), "--json"]) == 0
-    assert "tokens" not in json.loads(capsys.readouterr().out)
+    (doc,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "tokens" not in doc
 
 
 def test_cli_errors_are_one_line_exit_2(cli, capsys, tmp_path):

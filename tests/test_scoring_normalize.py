@@ -177,14 +177,13 @@ def test_export_records_the_normalizer_of_the_training_data(pretrained, tmp_path
 # ------------------------------------------------------------------------------------------ the command
 def test_cli_normalize_flag(capsys):
     assert score_command.main(["--json", "--per-token", "--normalize", "ptb", RAW]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    (s,) = doc["sentences"]
-    assert [t["token"] for t in s["tokens"]] == RAW_TOKENS and doc["normalize"] == "ptb"
+    (s,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # JSON lines: one per sentence
+    assert [t["token"] for t in s["tokens"]] == RAW_TOKENS and s["normalize"] == "ptb"
     assert s["oov_rate"] == pytest.approx(1 / 9)
     assert score_command.main(["--json", "--normalize", "none", RAW]) == 0
     captured = capsys.readouterr()
-    (s,) = json.loads(captured.out)["sentences"]
-    assert s["num_oov"] == 5 and json.loads(captured.out)["normalize"] is None
+    (s,) = [json.loads(line) for line in captured.out.splitlines()]
+    assert s["num_oov"] == 5 and s["normalize"] is None
     assert score_command.main([RAW]) == 0  # the model's own normalizer by default
     out = capsys.readouterr().out
     assert "oov%" in out and "11.1" in out

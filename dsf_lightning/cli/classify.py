@@ -3,7 +3,7 @@
     dsf classify "A great movie!" "Dull and far too long."      # a table: label, p(label) for each label, tokens
     dsf classify --file reviews.txt                              # one text per line
     cat reviews.txt | dsf classify --file -                      # the same from stdin
-    dsf classify --file review.txt --whole-file --json           # the whole file as one text, JSON
+    dsf classify --file review.txt --whole-file --json           # the whole file as one text, a JSON line
     dsf classify --model ./my-classifier --max-length 200 "..."  # read at most 200 words of each text
 
 Texts are read as the model's training data was (the folder's normalizer and tokenizer); each is cut at the
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import io
 import itertools
-import json
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO
@@ -31,6 +30,7 @@ from .._machine import check_device
 from ..classification import ClassificationError
 from ..data.textfile import LineTooLongError, TextFileError, iter_file_parts
 from .errors import report_errors, standalone_main
+from .jsonlines import write_json_line
 from .score import add_model_arguments
 
 DEFAULT_MODEL = "sr-lstm-p-imdb"
@@ -57,7 +57,7 @@ def add_classify_parser(subparsers, help: str | None = None) -> argparse.Argumen
                    f"a text longer than {MAX_TEXT_BYTES:,} bytes is refused")
     p.add_argument("--whole-file", action="store_true", help="with --file: the whole file is one text")
     add_model_arguments(p, default=DEFAULT_MODEL)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--json", action="store_true", help="print JSON lines instead of a table: one object a line, a line per text")
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     p.add_argument("--max-length", type=int, default=None, metavar="N",
                    help="read at most N symbols of each text (default: the model's own rule, in its card)")
@@ -134,22 +134,17 @@ def _classify(args: argparse.Namespace, out: TextIO) -> int:
     options = {} if args.max_length is None else {"max_length": args.max_length}
     classifier = TextClassifier.from_pretrained(args.model, revision=args.revision, device=args.device,
                                                 batch_size=args.batch_size, **options)
-    if args.json:
-        head = {"model": args.model, "labels": classifier.labels, "max_length": classifier.max_length}
-        out.write(json.dumps(head, ensure_ascii=False, indent=2)[:-2] + ',\n  "results": [')
     widths: list[int] = []
     n = 0
     for block in itertools.chain([first], blocks):
         results = classifier.classify(block)
-        if args.json:
+        if args.json:  # one JSON line per text (.jsonlines), as it is classified
             for r in results:
-                out.write(("\n    " if n == 0 else ",\n    ") + json.dumps(r.to_dict(), ensure_ascii=False))
+                write_json_line(out, {**r.to_dict(), "model": args.model, "max_length": classifier.max_length})
                 n += 1
         else:
             widths = _table(results, classifier.labels, out, start=n, widths=widths)
             n += len(results)
-    if args.json:
-        out.write("\n  ]\n}\n")
     out.flush()
     return 0
 

@@ -18,7 +18,6 @@ allocated: sizes are capped (``--max-new-tokens`` 100,000, ``--num-samples`` 1,0
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -28,6 +27,7 @@ from .._machine import check_device
 from ..scoring import ScoringError
 from ..scoring.generation import MAX_GENERATED_TOKENS, MAX_NEW_TOKENS, MAX_SAMPLES, check_options
 from .errors import report_errors, standalone_main
+from .jsonlines import write_json_line
 from .score import add_model_arguments
 
 
@@ -87,7 +87,7 @@ def _generate(args: argparse.Namespace, out: TextIO) -> int:
     samples = result if isinstance(result, list) else [result]
     if args.json:
         for i, s in enumerate(samples):
-            out.write(json.dumps({"sample": i, **s.to_dict()}, ensure_ascii=False) + "\n")
+            write_json_line(out, {"sample": i, **s.to_dict()})  # the JSON lines of every dsf command (.jsonlines)
     elif stream:
         out.write("\n")
     else:

@@ -3,7 +3,7 @@
     dsf score "the market rose sharply" "shares fell"      # a table: tokens, logprob, ppl per sentence
     dsf score --per-token "the market rose"               # every token with logprob and surprisal
     dsf score --file valid.txt                            # a whole document, streamed (carried state)
-    dsf score --file valid.txt --per-token --json > out.json
+    dsf score --file valid.txt --per-token --json > out.jsonl   # JSON lines: a line per token, the summary last
     dsf score --model ./my-model --carry-state "first sentence" "second sentence"
     dsf score --normalize none "the market rose"          # text as it is (default: the model's normalizer)
     dsf score --file wiki.test.txt --streams 32           # the parallel mode: 32 pieces side by side
@@ -20,7 +20,6 @@ found or loaded) are printed as one line on stderr, with exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from .._machine import check_device
 from ..data.normalize import list_normalizers
 from ..scoring import LN2, DocumentScore, ScoringError, SentenceScore
 from .errors import report_errors, standalone_main
+from .jsonlines import write_json_line
 
 DEFAULT_MODEL = "delta-rnn-ptb"
 
@@ -58,7 +58,8 @@ def add_score_parser(subparsers, help: str | None = None) -> argparse.ArgumentPa
     p.add_argument("--file", "-f", metavar="PATH", help="score a UTF-8 text file as one document")
     add_model_arguments(p)
     p.add_argument("--per-token", action="store_true", help="print every token's logprob and surprisal")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--json", action="store_true", help="print JSON lines instead of a table: one object a line, a line per "
+                   "sentence (--file: the document's summary; with --per-token a line per token before it)")
     p.add_argument("--carry-state", action="store_true",
                    help="score the TEXTs as one continuous stream, in order (a document)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
@@ -123,14 +124,10 @@ def _clean(d: dict) -> dict:
 
 
 def _sentences_json(results: list[SentenceScore], args, out: TextIO) -> None:
-    doc = {
-        "model": args.model,
-        "normalize": args.normalizer,
-        "carry_state": bool(args.carry_state),
-        "sentences": [_clean(r.to_dict(per_token=args.per_token)) for r in results],
-    }
-    json.dump(doc, out, ensure_ascii=False, indent=2)
-    out.write("\n")
+    """One JSON line per sentence (:mod:`.jsonlines`), with the model and normalizer it was scored with."""
+    for r in results:
+        write_json_line(out, {**_clean(r.to_dict(per_token=args.per_token)), "model": args.model,
+                              "normalize": args.normalizer, "carry_state": bool(args.carry_state)})
 
 
 def _sentences_table(results: list[SentenceScore], args, out: TextIO) -> None:
@@ -170,14 +167,10 @@ def _summary(n: int, oov: int, logprob: float, ppl: float, bpc: float | None) ->
 def _score_file(scorer, args, out: TextIO) -> None:
     """A document, streamed: with --per-token every token is written as it is scored."""
     on_token = None
-    if args.per_token and args.json:
-        out.write(f'{{"source": {json.dumps(args.file)}, "model": {json.dumps(args.model)}, "normalize": {json.dumps(args.normalizer)}, "tokens": [')
-        first = [True]
+    if args.per_token and args.json:  # a JSON line per token as it is scored, the document's summary line last
 
         def on_token(token: str, lp: float) -> None:
-            sep = "\n  " if first[0] else ",\n  "
-            first[0] = False
-            out.write(sep + json.dumps({"token": token, "logprob": lp, "surprisal": -lp / LN2}, ensure_ascii=False))
+            write_json_line(out, {"token": token, "logprob": lp, "surprisal": -lp / LN2})
 
     elif args.per_token:
         out.write(f"{args.file}\n")
@@ -192,13 +185,7 @@ def _score_file(scorer, args, out: TextIO) -> None:
         summary = _clean(doc.to_dict(per_token=False))
         summary.pop("source", None)
         summary.update(_mode(args))
-        if args.per_token:
-            rest = json.dumps(summary, ensure_ascii=False)[1:]  # '"num_lines": ..., ...}'
-            out.write("\n], " + rest + "\n")
-        else:
-            json.dump({"source": args.file, "model": args.model, "normalize": args.normalizer, **summary}, out,
-                      ensure_ascii=False, indent=2)
-            out.write("\n")
+        write_json_line(out, {"source": args.file, "model": args.model, "normalize": args.normalizer, **summary})
         return
     if not args.per_token:
         out.write(f"{args.file}\n")

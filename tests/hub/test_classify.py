@@ -202,15 +202,15 @@ def test_dsf_classify_json_file_and_stdin(folder, classifier, capsys, tmp_path, 
     reviews.write_text("A great movie!\n\nBoring, awful plot.\n", encoding="utf-8")
     code, out, err = _run(["classify", "--model", str(folder), "--file", str(reviews), "--json"], capsys)
     assert code == 0, err
-    doc = json.loads(out)
-    assert doc["labels"] == ["negative", "positive"] and doc["model"] == str(folder)
-    assert [r["text"] for r in doc["results"]] == ["A great movie!", "", "Boring, awful plot."]  # one text per line
-    assert doc["results"][0] == classifier.classify("A great movie!").to_dict()
+    rows = [json.loads(line) for line in out.splitlines()]  # JSON lines: one per text
+    assert all(r["model"] == str(folder) and sorted(r["probabilities"]) == ["negative", "positive"] for r in rows)
+    assert [r["text"] for r in rows] == ["A great movie!", "", "Boring, awful plot."]  # one text per line
+    assert {k: v for k, v in rows[0].items() if k not in ("model", "max_length")} == classifier.classify("A great movie!").to_dict()
     code, out, err = _run(["classify", "--model", str(folder), "--file", "-", "--json"], capsys, "the movie\nfun\n", monkeypatch)
     assert code == 0, err
-    assert [r["text"] for r in json.loads(out)["results"]] == ["the movie", "fun"]
+    assert [json.loads(line)["text"] for line in out.splitlines()] == ["the movie", "fun"]
     code, out, err = _run(["classify", "--model", str(folder), "--file", str(reviews), "--whole-file", "--json"], capsys)
-    assert code == 0 and [r["num_tokens"] for r in json.loads(out)["results"]] == [9]  # the file as one text
+    assert code == 0 and [json.loads(line)["num_tokens"] for line in out.splitlines()] == [9]  # the file as one text
 
 
 def test_dsf_classify_errors_are_one_line(folder, capsys, tmp_path):

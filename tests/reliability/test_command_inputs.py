@@ -130,13 +130,12 @@ def test_dsf_classify_reads_a_file_in_blocks_with_the_same_results(tmp_path, cap
     for block in (1024, 2):
         monkeypatch.setattr(classify, "BLOCK_TEXTS", block)
         assert main(["classify", "--file", str(reviews), "--json"]) == 0
-        outputs[block, "json"] = json.loads(capsys.readouterr().out)
+        outputs[block, "json"] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # a line per text
         assert main(["classify", "--file", str(reviews)]) == 0
         outputs[block, "table"] = [line.split() for line in capsys.readouterr().out.splitlines()]
     blocked, whole = outputs[2, "json"], outputs[1024, "json"]
-    assert [r["text"] for r in blocked["results"]] == texts
-    assert {k: v for k, v in blocked.items() if k != "results"} == {k: v for k, v in whole.items() if k != "results"}
-    for a, b in zip(blocked["results"], whole["results"], strict=True):  # batched otherwise: float round-off
+    assert [r["text"] for r in blocked] == texts
+    for a, b in zip(blocked, whole, strict=True):  # batched otherwise: float round-off
         assert a["probabilities"] == pytest.approx(b["probabilities"], abs=1e-5)
         assert {k: v for k, v in a.items() if "probabilit" not in k} == {k: v for k, v in b.items() if "probabilit" not in k}
     rows, ref = outputs[2, "table"], outputs[1024, "table"]
