@@ -61,3 +61,11 @@ def test_classify_help_names_the_default_it_uses():
     assert done.returncode == 0
     assert f"(default: {DEFAULT_MODEL})" in " ".join(done.stdout.split()), done.stdout
     assert "delta-rnn-ptb" not in done.stdout  # the language model score uses is no default of classify
+
+
+def test_export_of_a_pretrained_folder_says_it_is_one_already(tmp_path):
+    import dsf_lightning
+
+    folder = Path(dsf_lightning.__file__).parent / "pretrained" / "delta-rnn-ptb"
+    line = one_line_error(dsf("export", str(folder), str(tmp_path / "out")), "export")
+    assert "pretrained model folder already" in line and "--format onnx" in line, line

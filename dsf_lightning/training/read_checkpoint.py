@@ -29,6 +29,8 @@ def load_checkpoint(path: Path, what: str = "LanguageModelModule") -> dict:
     if path.is_dir():
         near = sorted(p.relative_to(path).as_posix() for p in path.glob("**/*.ckpt"))[:5]
         hint = f"it holds {', '.join(near)}" if near else "there is no .ckpt file in it"
+        if not near and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+            hint += "; it is a pretrained model folder already: use it as it is, or give --format onnx to convert it"
         raise CheckpointError(f"{path} is a folder, not a checkpoint file ({hint}); give the path of one .ckpt file a run wrote")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
