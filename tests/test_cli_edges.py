@@ -173,15 +173,3 @@ def test_list_tasks_has_a_row_per_task_datamodule_with_its_recipes(capsys):
     assert rows["CopyingMemoryDataModule"][0].split()[2:4] == ["10", "per"]
     assert rows["PixelMNISTDataModule"][0].split()[2] == "10" and rows["TomitaDataModule"][0].split()[2] == "2"
     assert "100,000 / 0 / 10,000" in rows["CopyingMemoryDataModule"][0]  # the DataModule's defaults
-
-
-def test_declared_dependencies_are_imported():
-    """Nothing declares a package it does not use (torchmetrics was: the metrics here are exact float64 sums
-    reduced over processes once per epoch, in the LM and the task modules alike)."""
-    import tomllib
-
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    names = [d.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower() for d in deps]
-    source = "\n".join(p.read_text() for p in (ROOT / "dsf_lightning").rglob("*.py"))
-    for name in names:
-        assert f"import {name}" in source or f"from {name}" in source, f"{name} is declared but never imported"

@@ -46,6 +46,19 @@ def test_every_imported_distribution_is_declared():
     assert missing == [], f"imported but not declared in pyproject.toml: {missing}"
 
 
+def test_every_declared_core_dependency_is_imported():
+    """Nothing declares a package it does not use (torchmetrics was: the metrics here are exact float64 sums
+    reduced over processes once per epoch); a distribution counts as imported under any of its module names
+    (PyYAML as ``yaml``)."""
+    modules_of: dict[str, set[str]] = {}
+    for module, dists in importlib.metadata.packages_distributions().items():
+        for dist in dists:
+            modules_of.setdefault(dist.lower().replace("_", "-"), set()).add(module)
+    imported = set(_imports())
+    unused = [r for r in PROJECT["dependencies"] if not modules_of.get(_name(r), {_name(r)}) & imported]
+    assert unused == [], f"declared in pyproject.toml but never imported by dsf_lightning: {unused}"
+
+
 def test_numpy_and_pyyaml_are_core_dependencies():
     core = {_name(r) for r in PROJECT["dependencies"]}
     assert {"numpy", "pyyaml", "tokenizers", "filelock"} <= core
