@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_bool
@@ -336,8 +337,14 @@ class LSTMCell(SequenceLoopCell):
             return super().forward_fast(x, state, state_masks)
         self._check_input(x, 3)
         h0, c0 = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
-        out, h, c = lstm_sequence(x, h0, c0, self.W, self.V, self.b)
-        return out, (h, c)
+        if not torch.is_grad_enabled() or x.shape[1] < 2:
+            out, h, c = lstm_sequence(x, h0, c0, self.W, self.V, self.b)
+            return out, (h, c)
+        # the last step on our own ops: torch's kernel returns h_T and c_T as outputs of their own that a loss of
+        # the outputs never reads, so dL/dh_T and dL/dc_T (iterative inference, DSF sec. 2.5) would not reach them
+        out, h, c = lstm_sequence(x[:, :-1], h0, c0, self.W, self.V, self.b)
+        last, (h, c) = self.recur_with(fast_linear(x[:, -1], self.W, self.b), (h, c), (lambda s: F.linear(s, self.V),))
+        return torch.cat((out, last.unsqueeze(1).to(out.dtype)), dim=1), (h.to(h0.dtype), c.to(c0.dtype))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, peepholes={self.peepholes}, forget_bias={self.forget_bias}"
