@@ -255,7 +255,7 @@ def render_markdown(table: Table, rows: list[dict], scale: str, state: dict | No
     split = ("test" if all(r["split"] == "test" for r in rows)
              else "each row's test set (`split` in the CSV; the metric is `test_<metric>/<split>`)")
     valid = any(r["published_valid"] is not None or r["measured_valid"] is not None for r in rows)
-    lines = [f"# {table.title}", "", f"Paper: `{table.paper}`. Scale: `{scale}`. Split: {split}. "
+    lines = [f"# {table.title}", "", f"Paper: {table.paper}. Scale: `{scale}`. Split: {split}. "
              "Difference = measured - published (lower is better for every metric here)."]
     if state.get("command"):
         lines += ["", f"Produced by `{state['command']}` at commit `{state.get('commit') or 'unknown'}` "

@@ -88,7 +88,7 @@ def metric_key(row: Row) -> str:
 class Table:
     id: str
     title: str
-    paper: str  # papers/<file>.md
+    paper: str  # the paper, cited by authors, title, venue and year
     rows: tuple[Row, ...]
     notes: tuple[str, ...] = ()
 
@@ -99,11 +99,13 @@ class Table:
         raise KeyError(f"table {self.id} has no row {key!r}; rows: {', '.join(r.key for r in self.rows)}")
 
 
-DSF = "papers/delta_rnn_differential_state_framework.md"
-SCRN = "papers/scrn_reproducing_and_regularizing.md"
-RAN = "papers/ran_recurrent_additive_networks.md"
-IRLM = "papers/irlm_regularization_and_nonlinearities.md"
-SRNN = "papers/sr_rnn_state_regularized.md"
+DSF = ("Ororbia II, Mikolov, Reitter: *Learning Simpler Language Models with the Differential State Framework*, "
+       "Neural Computation 2017")
+SCRN = "Kabdolov, Assylbekov, Takhanov: *Reproducing and Regularizing the SCRN Model*, COLING 2018"
+RAN = "Lee, Levy, Zettlemoyer: *Recurrent Additive Networks*, arXiv:1705.07393, 2017"
+IRLM = ("Pachitariu, Sahani: *Regularization and nonlinearities for neural language models: when are they needed?*, "
+        "arXiv:1301.5650, 2013")
+SRNN = "Wang, Niepert: *State-Regularized Recurrent Neural Networks*, ICML 2019"
 DYNAMIC = ("dynamic evaluation of the parent row's checkpoint (test-then-train SGD, step 0.005; tokens/s counts "
            "evaluated tokens)")
 
