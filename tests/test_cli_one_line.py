@@ -69,3 +69,16 @@ def test_export_of_a_pretrained_folder_says_it_is_one_already(tmp_path):
     folder = Path(dsf_lightning.__file__).parent / "pretrained" / "delta-rnn-ptb"
     line = one_line_error(dsf("export", str(folder), str(tmp_path / "out")), "export")
     assert "pretrained model folder already" in line and "--format onnx" in line, line
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["fit", "--config", "BAD"], "Problems parsing config"),          # a YAML syntax error: jsonargparse's 3-line message
+    (["test", "--model.bogus", "1"], "unrecognized arguments: --model.bogus 1"),
+])
+def test_a_parse_error_of_a_lightning_command_is_one_line_without_the_usage_block(tmp_path, args, expected):
+    (tmp_path / "bad.yaml").write_text("model:\n  cell: [delta-rnn\n")
+    args = [str(tmp_path / "bad.yaml") if a == "BAD" else a for a in args]
+    done = dsf(*args)
+    line = one_line_error(done, args[0])
+    assert expected in line and f"dsf {args[0]} --help" in line
+    assert [x for x in done.stderr.splitlines() if x.strip()] == [line]  # no usage block, no tip

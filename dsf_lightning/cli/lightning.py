@@ -19,7 +19,9 @@ Paths: URLs (and config includes by URL) are refused unless the command line say
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Optional
 
 from .errors import report_errors
@@ -257,6 +259,16 @@ def _early_stopping_after_validation(callbacks) -> None:
             callback._check_on_train_epoch_end = False
 
 
+def _one_line_parse_error(parser, error, command: str, message: str, ex: Exception | None = None):
+    """jsonargparse's parse error as the CLI's one line (``dsf fit: error: ...``, exit 2) instead of a 90-line usage
+    block, a tip and a message that may span lines (YAML's); parses that only probe (``exit_on_error`` off) still
+    raise, as jsonargparse's own ``error`` does."""
+    if not parser.exit_on_error:
+        return error(message, ex)
+    sys.stderr.write(f"dsf {command}: error: {' '.join(str(message).split())} (the options: dsf {command} --help)\n")
+    raise SystemExit(2)
+
+
 def task_mode_of(cli) -> bool:
     return bool(getattr(cli, "subclass_mode_model", False))
 
@@ -293,12 +305,18 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
     from .saved_config import SafeSaveConfigCallback, config_inputs
 
     task_mode = is_task_recipe(argv)
+    command = next((a for a in argv if a in LIGHTNING_COMMANDS), "fit")
 
     class DSFCLI(LightningCLI):
         def __init__(self, *args, **kwargs) -> None:
             # parse, instantiate and run under the recipe policy: only the allowed classes are imported,
             # nothing is built from Any values, YAML is bounded (recipe_guard; UnsafeRecipeError otherwise)
             guarded(super().__init__, *args, allow_remote_paths=allow_remote_paths, **kwargs)
+
+        def init_parser(self, **kwargs):
+            parser = super().init_parser(**kwargs)
+            parser.error = partial(_one_line_parse_error, parser, parser.error, command)
+            return parser
 
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument(
