@@ -19,12 +19,11 @@ Paths: URLs (and config includes by URL) are refused unless the command line say
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Sequence
 from functools import partial
 from typing import Optional
 
-from .errors import report_errors
+from .errors import print_error, report_errors
 
 #: the LightningCLI subcommands, parsed by LightningCLI itself (not argparse)
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -265,7 +264,7 @@ def _one_line_parse_error(parser, error, command: str, message: str, ex: Excepti
     raise, as jsonargparse's own ``error`` does."""
     if not parser.exit_on_error:
         return error(message, ex)
-    sys.stderr.write(f"dsf {command}: error: {' '.join(str(message).split())} (the options: dsf {command} --help)\n")
+    print_error(command, f"{' '.join(str(message).split())} (the options: dsf {command} --help)")
     raise SystemExit(2)
 
 
