@@ -261,9 +261,14 @@ def _early_stopping_after_validation(callbacks) -> None:
 def _one_line_parse_error(parser, error, command: str, message: str, ex: Exception | None = None):
     """jsonargparse's parse error as the CLI's one line (``dsf fit: error: ...``, exit 2) instead of a 90-line usage
     block, a tip and a message that may span lines (YAML's); parses that only probe (``exit_on_error`` off) still
-    raise, as jsonargparse's own ``error`` does."""
+    raise, as jsonargparse's own ``error`` does. A parse the recipe policy refused (a URL, a class not allowed,
+    unbounded YAML) exits silently: :func:`~dsf_lightning.training.recipe_guard.guarded` prints that one line."""
+    from ..training.recipe_guard import active_refusal
+
     if not parser.exit_on_error:
         return error(message, ex)
+    if active_refusal() is not None:
+        raise SystemExit(2)
     print_error(command, f"{' '.join(str(message).split())} (the options: dsf {command} --help)")
     raise SystemExit(2)
 

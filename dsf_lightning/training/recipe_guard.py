@@ -526,6 +526,15 @@ class _Policy:
         return None
 
 
+_ACTIVE: list[_Policy] = []  # the policies of the recipe_policy blocks now open, innermost last
+
+
+def active_refusal() -> str | None:
+    """What the innermost open :func:`recipe_policy` refused so far (its message), or None: a parse error handler
+    leaves such an error to :func:`guarded`, which prints it as the command's one line."""
+    return _ACTIVE[-1].message() if _ACTIVE else None
+
+
 def _option_in_progress() -> str:
     """The option jsonargparse is reading a config for (its Action's ``dest``), from the calling frames."""
     import argparse
@@ -633,8 +642,11 @@ def recipe_policy(allow_remote: bool = False) -> Iterator[_Policy]:
             saved_error(self, message, ex)
 
         _core.ArgumentParser.error = error
+        _ACTIVE.append(policy)
         yield policy
     finally:
+        if _ACTIVE and _ACTIVE[-1] is policy:
+            _ACTIVE.pop()
         _core.ArgumentParser.error = saved_error
         _paths.Path.__init__ = saved_path_init
         _optionals._config_read_mode = saved_read_mode
