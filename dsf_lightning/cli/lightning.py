@@ -408,7 +408,7 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
             if not any(isinstance(p, CheckpointIO) for p in plugins):
                 kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
             # NaN / inf steps skipped, non-finite weights stop the run before their checkpoint (on by default)
-            from ..training.guards import NonFiniteGuard, ValidateAtMaxSteps
+            from ..training.guards import LastCheckpointAtEveryValidation, NonFiniteGuard, ValidateAtMaxSteps
 
             callbacks = kwargs.get("callbacks", config.get("callbacks"))
             callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
@@ -418,6 +418,10 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
                 kwargs["callbacks"] = callbacks = [*callbacks, NonFiniteGuard()]
             if self.subcommand == "fit" and not any(isinstance(c, ValidateAtMaxSteps) for c in callbacks):
                 kwargs["callbacks"] = callbacks = [*callbacks, ValidateAtMaxSteps()]  # a max_steps run still writes best.ckpt
+            if (self.subcommand == "fit" and any(getattr(c, "save_last", None) is True for c in callbacks)
+                    and not any(isinstance(c, LastCheckpointAtEveryValidation) for c in callbacks)):
+                # last.ckpt after every validation, not only when the monitored value improved
+                kwargs["callbacks"] = callbacks = [*callbacks, LastCheckpointAtEveryValidation()]
             if self.subcommand == "predict" and not task_mode:  # dsf predict: per-token JSON lines
                 from ..training.prediction import TokenLogprobWriter
 

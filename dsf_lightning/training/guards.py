@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 __all__ = ["NonFiniteError", "NonFiniteGuard"]
@@ -248,3 +249,40 @@ class ValidateAtMaxSteps(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.max_steps is not None and trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
             trainer.should_stop = True
+
+
+class LastCheckpointAtEveryValidation(Checkpoint):
+    """Write every ``ModelCheckpoint(save_last=True)``'s ``last.ckpt`` after each validation, as a resume needs.
+
+    Why: Lightning 2.6 writes ``last.ckpt`` only at a step where that callback saved some checkpoint; with
+    ``monitor=val_loss`` and ``save_top_k=1`` an epoch that does not improve saves nothing, so ``last.ckpt`` stays
+    the best epoch and a resume from it trains the later epochs again (a run killed at epoch 9 whose best was
+    epoch 5 resumed at epoch 6). This writes the missing ``last.ckpt`` through that callback's own path, name and
+    version counter, right after it had its turn: a :class:`~lightning.pytorch.callbacks.Checkpoint` runs after
+    the other callbacks, and after the checkpoint callbacks listed before it (add it after the ModelCheckpoint;
+    only with one, as Lightning adds no default ModelCheckpoint beside another Checkpoint).
+    """
+
+    def __init__(self) -> None:
+        self._validated_at: int | None = None
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        self._validated_at = trainer.global_step
+        self._write_missing_last(trainer, at_epoch_end=False)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._write_missing_last(trainer, at_epoch_end=True)
+
+    def _write_missing_last(self, trainer, at_epoch_end: bool) -> None:
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        if self._validated_at != trainer.global_step:
+            return
+        for callback in trainer.checkpoint_callbacks:
+            # a ModelCheckpoint that saves at the epoch's end (validation every epoch) has its turn there
+            if (isinstance(callback, ModelCheckpoint) and callback.save_last is True
+                    and callback._should_save_on_train_epoch_end(trainer) == at_epoch_end
+                    and not callback._should_skip_saving_checkpoint(trainer)):
+                callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
