@@ -65,42 +65,65 @@ def _literal_prefix(node: ast.expr | None) -> str | None:
     return None
 
 
-def called_import(node: ast.Call, module: str, package: list[str]) -> str | None:
-    """The module a call of ``import_module`` / ``__import__`` with a literal name imports (a relative name resolved
-    against ``__name__`` / ``__package__``), or None. Of an f-string only the literal head counts, up to its last
-    complete dotted part."""
+def lazy_tables(tree: ast.Module) -> dict[str, list[str]]:
+    """A module's top-level dict literals of strings, by name: the lazy-import tables (``_LAZY = {"LMConfig":
+    "dsf_lightning.model", ...}``) whose values ``import_module(_LAZY[name])`` imports."""
+    tables = {}
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(value, ast.Dict):
+            strings = [v.value for v in value.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+            tables.update({t.id: strings for t in targets if isinstance(t, ast.Name)})
+    return tables
+
+
+def called_imports(node: ast.Call, module: str, package: list[str], tables: dict[str, list[str]]) -> list[str]:
+    """The modules a call of ``import_module`` / ``__import__`` imports: a literal name, an f-string's literal
+    head up to its last complete dotted part, or every value of a lazy table it is looked up in
+    (``import_module(_LAZY[name])``); a relative name resolved against ``__name__`` / ``__package__``. A
+    computed name gives none."""
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
     if name not in IMPORT_CALLS or not node.args:
-        return None
-    text = _literal_prefix(node.args[0])
-    if text is None:
-        return None
-    if isinstance(node.args[0], ast.JoinedStr):
-        text = text.rsplit(".", 1)[0] if "." in text.lstrip(".") else text[: len(text) - len(text.lstrip("."))]
-    if not text.startswith("."):
-        return text
+        return []
+    first = node.args[0]
+    if isinstance(first, ast.Subscript) and isinstance(first.value, ast.Name) and first.value.id in tables:
+        texts = tables[first.value.id]
+    else:
+        text = _literal_prefix(first)
+        if text is None:
+            return []
+        if isinstance(first, ast.JoinedStr):
+            text = text.rsplit(".", 1)[0] if "." in text.lstrip(".") else text[: len(text) - len(text.lstrip("."))]
+        texts = [text]
     anchor = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
-    if name != "import_module" or not isinstance(anchor, ast.Name) or anchor.id not in ("__name__", "__package__"):
-        return None
-    base = module if anchor.id == "__name__" else ".".join(package)
-    level = len(text) - len(text.lstrip("."))
-    base = base.rsplit(".", level - 1)[0] if level > 1 else base
-    rest = text[level:]
-    return f"{base}.{rest}" if rest else base
+    found = []
+    for text in texts:
+        if not text.startswith("."):
+            found.append(text)
+            continue
+        if name != "import_module" or not isinstance(anchor, ast.Name) or anchor.id not in ("__name__", "__package__"):
+            continue
+        base = module if anchor.id == "__name__" else ".".join(package)
+        level = len(text) - len(text.lstrip("."))
+        base = base.rsplit(".", level - 1)[0] if level > 1 else base
+        rest = text[level:]
+        found.append(f"{base}.{rest}" if rest else base)
+    return found
 
 
 def imported_modules(path: Path) -> list[tuple[str, int]]:
     """Every ``dsf_lightning`` module ``path`` imports, anywhere in the file, with its line: import statements
-    and calls of ``importlib.import_module`` / ``__import__`` with a literal module name."""
+    and calls of ``importlib.import_module`` / ``__import__`` with a literal module name or a lazy table's."""
     module = module_name(path)
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tables = lazy_tables(tree)
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            target = called_import(node, module, package)
-            if target is not None:
-                found.append((target, node.lineno))
+            found += [(target, node.lineno) for target in called_imports(node, module, package, tables)]
         elif isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -109,11 +132,18 @@ def imported_modules(path: Path) -> list[tuple[str, int]]:
                 target = f"{base}.{node.module}" if node.module else base
             else:
                 target = node.module or ""
-            if target == "dsf_lightning":  # ``from dsf_lightning import x``: x is a unit (or a name of the root)
-                found += [(f"dsf_lightning.{alias.name}", node.lineno) for alias in node.names]
-            else:
-                found.append((target, node.lineno))
+            # ``from package import x``: x is a submodule (``from . import pretrained``) or a name of the package
+            found += [(f"{target}.{alias.name}" if is_module(f"{target}.{alias.name}") else target, node.lineno)
+                      for alias in node.names]
     return [(name, line) for name, line in found if name == "dsf_lightning" or name.startswith("dsf_lightning.")]
+
+
+def is_module(name: str) -> bool:
+    """Whether the dotted ``name`` is a module or package of :data:`PACKAGE` (not a name defined in one)."""
+    if not name.startswith("dsf_lightning."):
+        return name == "dsf_lightning"
+    path = PACKAGE.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def unit_edges() -> list[tuple[str, str, str]]:
@@ -162,6 +192,125 @@ def test_no_import_cycle_between_top_level_units():
         if unit not in seen:
             cycle = visit(unit, [])
             assert cycle is None, f"import cycle between top-level units: {' -> '.join(cycle)}"
+
+
+#: module cycles inside a unit not yet broken (issue 36 found 6): each a set of modules that import each other
+#: round; the test fails on a cycle not listed here AND on an entry that is no longer a cycle (shrink this list)
+KNOWN_MODULE_CYCLES: list[frozenset[str]] = [
+    frozenset({"dsf_lightning.data.corpora.base", "dsf_lightning.data.corpora.imdb", "dsf_lightning.data.normalize"}),
+    frozenset({"dsf_lightning.model", "dsf_lightning.model.pretrained"}),
+    frozenset({"dsf_lightning.scoring", "dsf_lightning.scoring.generation"}),
+    frozenset({"dsf_lightning.tasks.modules", "dsf_lightning.tasks.pretrained"}),
+    frozenset({"dsf_lightning.training.finetune", "dsf_lightning.training.language_model"}),
+]
+
+
+def module_edges() -> dict[str, dict[str, str]]:
+    """importing module -> {imported module of the same unit: where}, function-level imports included. A name
+    imported from a module counts as an import of that module (``from dsf_lightning.model import LMConfig`` ->
+    ``dsf_lightning.model``, the package's ``__init__``); the parent packages Python runs first do not count."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    edges: dict[str, dict[str, str]] = {}
+    for module, path in sorted(modules.items()):
+        for target, line in imported_modules(path):
+            while target not in modules and "." in target:  # a name defined in a module -> the module
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != module and unit_of(target) == unit_of(module):
+                edges.setdefault(module, {}).setdefault(target, f"{path.relative_to(PACKAGE.parent)}:{line}")
+    return edges
+
+
+def module_cycles() -> list[frozenset[str]]:
+    """The strongly connected components of :func:`module_edges` with more than one module (Tarjan)."""
+    edges = module_edges()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def connect(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in edges.get(module, {}):
+            if target not in index:
+                connect(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = {stack.pop()}
+            while module not in component:
+                component.add(stack.pop())
+            if len(component) > 1:
+                cycles.append(frozenset(component))
+
+    for module in sorted(edges):
+        if module not in index:
+            connect(module)
+    return cycles
+
+
+def describe_cycle(cycle: frozenset[str], edges: dict[str, dict[str, str]]) -> str:
+    return "\n".join(f"  {a} imports {b} ({where})" for a in sorted(cycle)
+                     for b, where in sorted(edges.get(a, {}).items()) if b in cycle)
+
+
+def test_no_import_cycle_inside_a_unit():
+    """Modules of one unit import each other one way too: a cycle closed by a function-level import is a cycle
+    (issue 36: six of them, each a sign that code sits in the wrong module)."""
+    cycles, edges = module_cycles(), module_edges()
+    new = [describe_cycle(c, edges) for c in cycles if c not in KNOWN_MODULE_CYCLES]
+    assert not new, "import cycles between modules of one unit (move the code where it belongs):\n" + "\n".join(new)
+    stale = [sorted(c) for c in KNOWN_MODULE_CYCLES if c not in cycles]
+    assert not stale, f"KNOWN_MODULE_CYCLES lists what is no longer a cycle (remove it from the list): {stale}"
+
+
+@pytest.mark.parametrize(
+    "back",
+    [
+        "def f():\n    from .a import A\n    return A\n",
+        "def f():\n    import dsf_lightning.data.a\n",
+        "def f():\n    from dsf_lightning.data import a\n",
+        'import importlib\n\n\ndef f():\n    return importlib.import_module("dsf_lightning.data.a")\n',
+        'from importlib import import_module\n\n\ndef f():\n    return import_module(".a", __package__)\n',
+        'from importlib import import_module\n\n_LAZY = {"A": "dsf_lightning.data.a"}\n\n\n'
+        "def f(name):\n    return getattr(import_module(_LAZY[name]), name)\n",
+        "from . import A\n",  # a name the package re-exports from .a: b -> the package -> a
+    ],
+    ids=["function", "import", "from-package", "importlib", "relative-importlib", "lazy-table", "re-export"],
+)
+def test_the_checker_finds_a_planted_cycle_inside_a_unit(tmp_path, monkeypatch, back):
+    """A planted cycle (data.a imports data.b at the top, data.b imports data.a back: in a function, by
+    importlib, through a lazy table, through the package's re-export) fails the test; without the way back it passes."""
+    fake = tmp_path / "dsf_lightning"
+    (fake / "data").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    # the package re-exports only where the cycle goes through it (else ``from . import a`` must reach a itself)
+    (fake / "data" / "__init__.py").write_text("from .a import A\n" if back == "from . import A\n" else "")
+    (fake / "data" / "a.py").write_text("from .b import f\n\nA = f\n")
+    (fake / "data" / "b.py").write_text(back)
+    monkeypatch.setitem(globals(), "PACKAGE", fake)
+    monkeypatch.setitem(globals(), "KNOWN_MODULE_CYCLES", [])
+    with pytest.raises(AssertionError, match="dsf_lightning.data.b imports dsf_lightning.data"):
+        test_no_import_cycle_inside_a_unit()
+    (fake / "data" / "b.py").write_text("def f():\n    return 1\n")
+    test_no_import_cycle_inside_a_unit()
+
+
+def test_an_entry_of_the_known_cycles_that_is_no_longer_one_fails(tmp_path, monkeypatch):
+    """The list of known cycles only shrinks: an entry whose cycle is broken fails the test until removed."""
+    fake = tmp_path / "dsf_lightning"
+    (fake / "data").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "data" / "__init__.py").write_text("")
+    (fake / "data" / "a.py").write_text("from .b import f\n")
+    (fake / "data" / "b.py").write_text("def f():\n    from .a import f\n")
+    monkeypatch.setitem(globals(), "PACKAGE", fake)
+    monkeypatch.setitem(globals(), "KNOWN_MODULE_CYCLES", [frozenset({"dsf_lightning.data.a", "dsf_lightning.data.b"})])
+    test_no_import_cycle_inside_a_unit()
+    (fake / "data" / "b.py").write_text("def f():\n    return 1\n")
+    with pytest.raises(AssertionError, match="no longer a cycle"):
+        test_no_import_cycle_inside_a_unit()
 
 
 def test_the_checker_sees_function_level_imports(tmp_path, monkeypatch):
