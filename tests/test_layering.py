@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dsf_lightning"
 
 #: bottom to top; a unit may import units of its own layer listed before it, and any unit of a lower layer
 LAYERS: list[tuple[str, ...]] = [
-    ("_fs", "_json", "_machine", "_version", "_checks", "_modes", "_plotting", "_keep", "_progress"),
+    ("_fs", "_json", "_machine", "_version", "_checks", "_modes", "_plotting", "_keep", "_progress", "_quiet"),
     ("ops",),
     ("cells",),
     ("data",),
@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("regularizers",),
     ("training",),
     ("tasks",),
+    ("recipe_cli",),
     ("scoring", "classification", "evaluation"),
     ("auto",),
     ("analysis",),
@@ -198,7 +199,7 @@ def test_no_import_cycle_between_top_level_units():
 #: round; the test fails on a cycle not listed here AND on an entry that is no longer a cycle (shrink this list)
 KNOWN_MODULE_CYCLES: list[frozenset[str]] = [
     frozenset({"dsf_lightning.data.corpora.base", "dsf_lightning.data.corpora.imdb", "dsf_lightning.data.normalize"}),
-    frozenset({"dsf_lightning.model", "dsf_lightning.model.pretrained"}),
+    frozenset({"dsf_lightning.model", "dsf_lightning.model.pretrained", "dsf_lightning.model.recurrent_lm"}),
     frozenset({"dsf_lightning.scoring", "dsf_lightning.scoring.generation"}),
     frozenset({"dsf_lightning.tasks.modules", "dsf_lightning.tasks.pretrained"}),
     frozenset({"dsf_lightning.training.finetune", "dsf_lightning.training.language_model"}),

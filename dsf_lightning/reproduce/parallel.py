@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .child import child_command, read_child_result
 from .progress import read_progress
-from .runner import child_command, read_child_result
 
 POLL_SECONDS = 2.0
 

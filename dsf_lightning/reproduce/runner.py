@@ -52,7 +52,6 @@ import math
 import os
 import shlex
 import subprocess
-import sys
 import time
 import traceback
 import warnings
@@ -64,6 +63,7 @@ import yaml
 
 from .._fs import file_lock, write_atomic
 from ..cells import UnknownCellError, get_cell
+from .child import child_command, run_child
 from .liveness import this_process
 from .ranks import global_rank, share_decision, world_size
 from .report import (
@@ -508,33 +508,6 @@ def run_row(spec: dict, build_cli: Callable) -> dict:
         os.chdir(previous)
 
 
-def child_command(spec: dict, entry: str) -> tuple[list[str], Path]:
-    """Write the row's spec beside it; return the command that runs it in a child process (``python -m ENTRY
-    SPEC.json``; the CLI names the entry) and its result file."""
-    result_file = Path(spec["workdir"]) / "result.json"
-    result_file.unlink(missing_ok=True)
-    spec = dict(spec, result_file=str(result_file))
-    spec_file = Path(spec["workdir"]) / "row.json"
-    write_atomic(spec_file, json.dumps(spec, indent=1))
-    return [sys.executable, "-m", entry, str(spec_file)], result_file
-
-
-def read_child_result(returncode: int, result_file: Path, where: str = "log above") -> dict:
-    """The result a row's child process wrote ({} on a non-zero rank), or why there is none."""
-    if returncode != 0:
-        raise RuntimeError(f"the row's process exited with code {returncode} ({where})")
-    if not result_file.is_file():
-        if global_rank() != 0:
-            return {}
-        raise RuntimeError(f"the row's process wrote no {result_file.name}")
-    return json.loads(result_file.read_text())
-
-
-def _run_child(argv: list[str], result_file: Path) -> dict:
-    done = subprocess.run(argv, env=dict(os.environ))
-    return read_child_result(done.returncode, result_file)
-
-
 def _fit_line(table_id: str, key: str, recipe: str, scale: str, resume: str | bool, rank: int, world: int) -> str:
     """The log line of a row's start: what it trains, and rank 0's decision (the same line on every rank)."""
     how = f"resuming from {resume}" if resume else "starting fresh"
@@ -870,7 +843,7 @@ def run_table(
             starting(row, entry, spec)
             started = time.perf_counter()
             try:
-                result, err = (_run_child(*children[row.key]) if isolate else run_row(spec, build_cli)), None
+                result, err = (run_child(*children[row.key]) if isolate else run_row(spec, build_cli)), None
             except Exception as caught:  # noqa: BLE001 - recorded by `trained`
                 result, err = None, caught
             trained(row, entry, spec, run_fp, result, err, started)
