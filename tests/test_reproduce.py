@@ -207,9 +207,14 @@ def test_task_rows_whose_data_is_missing_are_skipped_and_named(tmp_path):
     assert summary["skipped"] == ["lstm-full"] and not summary["failed"]
     row = next(r for r in read_csv(tmp_path / "out" / "srnn-imdb.csv") if r["row"] == "lstm-full")
     assert row["status"] == "skipped" and "imdb/train.jsonl.xz" in row["message"]
+    assert row["message"].count("\n") == 0 and "imdb/test.jsonl.xz" in row["message"]
+    # the runner asks the row's DataModule (missing_data()), built from the recipe: no IMDB / MNIST branch of its own
     recipe = runner.load_recipe(default_recipes_dir() / "mnist/lstm_pixel.yaml")
-    why = runner.missing_task_data(recipe, str(tmp_path))
-    assert "mnist/train-images-idx3-ubyte.gz" in why and "mnist/t10k-labels-idx1-ubyte.gz" in why
+    why = runner._missing_data(recipe, runner.Row("r", "r", 1.0, "error", "mnist/lstm_pixel.yaml"), str(tmp_path))
+    assert why.startswith("data missing: mnist needs ") and "mnist/train-images-idx3-ubyte.gz" in why
+    assert "mnist/t10k-labels-idx1-ubyte.gz" in why and str(tmp_path) in why
+    wrong = runner.Row("r", "r", 1.0, "error", "mnist/lstm_pixel.yaml", overrides={"data.init_args.dataset": "nope"})
+    assert runner._missing_data(recipe, wrong, str(tmp_path)) is None  # a wrong argument: the row's fit names it
 
 
 def test_row_overrides_merge_into_the_recipes_cell_options():

@@ -10,8 +10,9 @@ of its words to ``<unk>``. A normalizer turns raw text into that form::
 
 Registry: ``none`` (no normalizer: :func:`get_normalizer` returns None), ``ptb``, ``ptb-char``, ``imdb``
 (IMDB reviews as :func:`dsf_lightning.data.corpora.imdb.normalize_review` writes them);
-:func:`register_normalizer` adds more. :func:`normalizer_for_corpus` names the normalizer that turns raw
-text into a corpus's form (``ptb`` for ``ptb``). A pretrained folder records its normalizer in
+:func:`register_normalizer` adds more. A corpus names the normalizer that turns raw text into its form on
+its spec (``CorpusSpec.normalizer``: ``ptb`` for ``ptb``; :func:`dsf_lightning.data.corpora.normalizer_for_corpus`
+reads it). A pretrained folder records its normalizer in
 ``config.json`` (``"normalize": "ptb"``) and :class:`~dsf_lightning.scoring.Scorer` applies it by default.
 
 The ``ptb`` rules, read off ``ptb.{train,valid,test}.txt`` (one sentence per line):
@@ -55,15 +56,12 @@ __all__ = [
     "PTBNormalizer",
     "get_normalizer",
     "list_normalizers",
-    "normalizer_for_corpus",
     "register_normalizer",
     "resolve_normalize",
 ]
 
 NONE = "none"
 _REGISTRY: dict[str, type[Normalizer]] = {}
-#: the normalizer that turns raw text into each corpus's form (corpora that are not listed have none)
-CORPUS_NORMALIZERS = {"ptb": "ptb", "ptb-subword": "ptb", "ptb-char": "ptb-char"}
 
 
 class NormalizerError(ValueError):
@@ -127,11 +125,6 @@ def get_normalizer(name: str | Normalizer | None) -> Normalizer | None:
     if not isinstance(name, str) or (name != NONE and name not in _REGISTRY):
         raise NormalizerError(f"unknown normalizer {name!r:.80}; known: {', '.join(list_normalizers())}")
     return None if name == NONE else _REGISTRY[name]()
-
-
-def normalizer_for_corpus(corpus: str) -> str | None:
-    """The normalizer that writes raw text in corpus ``corpus``'s form, or None when there is none."""
-    return CORPUS_NORMALIZERS.get(corpus)
 
 
 def resolve_normalize(asked: str | Normalizer | None, own: str | None) -> Normalizer | None:

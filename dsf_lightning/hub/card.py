@@ -47,17 +47,17 @@ EVAL_KEYS = {
     "metric", "value", "dataset", "split", "dataset_name", "task", "metric_name", "dataset_config",
     "dataset_revision", "source_name", "source_url",
 }
-#: corpus name -> the dataset's Hugging Face Hub id (the card's ``datasets`` and model-index ``dataset.type``)
-HUB_DATASETS = {
-    "ptb": "ptb_text_only", "ptb-char": "ptb_text_only", "ptb-subword": "ptb_text_only",
-    "wikitext2": "wikitext", "imdb": "imdb", "imdb-subword": "imdb", "tinyshakespeare": "tiny_shakespeare",
-}
-#: corpora whose text is English (the card's ``language: en``)
-ENGLISH_CORPORA = {"ptb", "ptb-char", "ptb-subword", "wikitext2", "imdb", "imdb-subword", "tinyshakespeare", "text8",
-                   "one-billion-word"}
 EXAMPLE = "the market rose sharply"
 #: the card's ``license`` unless card_extra / ``dsf export --card-extra`` names another: the library's own
 DEFAULT_LICENSE = "apache-2.0"
+
+
+def _corpus_fact(corpus: Any, fact: str) -> str | None:
+    """What the spec of the corpus a model was trained on says (``dataset_id``, ``language``); None for a corpus
+    no spec is registered for."""
+    from ..data.corpora import find_corpus_spec
+
+    return getattr(find_corpus_spec(corpus), fact, None)
 
 
 def cell_citation(cell: str) -> str:
@@ -147,7 +147,7 @@ def to_eval_result(entry: dict):
 
     return EvalResult(
         task_type=entry["task"],
-        dataset_type=HUB_DATASETS.get(entry["dataset"], entry["dataset"]),  # the Hub id where one exists
+        dataset_type=_corpus_fact(entry["dataset"], "dataset_id") or entry["dataset"],  # the Hub id where one exists
         dataset_name=entry.get("dataset_name", entry["dataset"]),
         dataset_split=entry["split"],
         dataset_config=entry.get("dataset_config"),
@@ -536,6 +536,7 @@ def build_model_card(
     tags = ["dsf-lightning", "recurrent-neural-network", kind, cell]
     tags += [t for t in extra.get("tags", []) if t not in tags]
     corpus = info.get("corpus")
+    dataset_id = _corpus_fact(corpus, "dataset_id")
     data = ModelCardData(
         model_name=name,
         library_name="dsf-lightning",
@@ -543,9 +544,9 @@ def build_model_card(
         pipeline_tag=extra.get("pipeline_tag", "text-classification" if classifier else "text-generation"),
         tags=tags,
         license=extra.get("license") or DEFAULT_LICENSE,
-        language=extra.get("language") or ("en" if corpus in ENGLISH_CORPORA else None),
+        language=extra.get("language") or _corpus_fact(corpus, "language"),
         # the Hub dataset id where one exists (a corpus without one is named in the card's text)
-        datasets=extra.get("datasets") or ([HUB_DATASETS[corpus]] if corpus in HUB_DATASETS else None),
+        datasets=extra.get("datasets") or ([dataset_id] if dataset_id else None),
         base_model=extra.get("base_model"),
         eval_results=[to_eval_result(e) for e in entries] or None,
         library_version=__version__,

@@ -344,64 +344,6 @@ def task_data_root_key(recipe: dict) -> str | None:
     return "data.init_args.data_root"
 
 
-def missing_task_data(recipe: dict, data_root: str | None) -> str | None:
-    """``None`` when a task recipe's data files are there (or it generates its data), else which are missing.
-
-    ``data_root``: the runner's ``--data-root``, else the recipe's ``data_root``, else ``$DSF_DATA_ROOT``.
-    """
-    from ..data.corpora.files import resolve_data_root
-
-    name, args = _class_name(recipe, "data"), _init_args(recipe, "data")
-    root_arg = data_root if data_root is not None else args.get("data_root")
-    if name == "IMDBSentimentDataModule":
-        root, how = resolve_data_root(root_arg)
-        missing = [f"imdb/{split}.jsonl.xz" for split in ("train", "test") if not (root / "imdb" / f"{split}.jsonl.xz").is_file()]
-        if missing:
-            return f"data missing: IMDB needs {', '.join(missing)} under {root} (data root from {how})"
-    elif name == "PixelMNISTDataModule":
-        from ..tasks.idx import MNIST_FILES, mnist_available
-
-        dataset = args.get("dataset", "mnist")
-        root, how = resolve_data_root(root_arg)
-        splits = ("test",) if args.get("split_test_file") else ("train", "test")
-        missing = [f"{dataset}/{f}.gz" for split in splits if not mnist_available(dataset, split, root) for f in MNIST_FILES[split]]
-        if missing:
-            return f"data missing: {dataset} needs {', '.join(missing)} under {root} (data root from {how})"
-    return None
-
-
-def missing_corpus(corpus: Any, options: dict | None, data_root: str | None) -> str | None:
-    """``None`` when corpus ``corpus`` can be loaded, else why not (the files that are missing)."""
-    if not isinstance(corpus, str):
-        return None
-    from ..data.corpora import CorpusError, get_corpus_spec, resolve_data_root
-
-    try:
-        spec = get_corpus_spec(corpus)
-        opts = spec.options(dict(options or {}))
-        root, how = resolve_data_root(data_root)
-        if spec.optional_splits:
-            return None
-        missing = []
-        for _split, specs in spec.files(opts).items():
-            for fs in specs:
-                found = False
-                for cand in fs.candidates():
-                    path = root / cand.path
-                    if path.is_file() or (cand.path.endswith("/") and path.is_dir() and any(path.iterdir())):
-                        found = True
-                        break
-                if not found:
-                    missing.append(fs.path)
-        if missing:
-            shown = ", ".join(dict.fromkeys(missing[:4])) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-            return f"corpus missing: {corpus} needs {shown} under {root}"
-        spec.check_supported(root, opts)
-    except CorpusError as err:
-        return f"corpus missing: {str(err).splitlines()[0]}"
-    return None
-
-
 def _digest(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -888,15 +830,47 @@ def report_table(table_id: str, *, out: str | os.PathLike = "reproduce", scale: 
 
 
 def _missing_data(recipe: dict, row: Row, root: str | None) -> str | None:
-    """Why a row cannot run here (its corpus or task data is not under the data root), else None."""
-    if is_task_recipe(recipe):
-        return missing_task_data(recipe, root)
-    data = recipe["data"]
-    corpus_options = dict(data.get("corpus_options") or {})
-    for key, value in row.overrides.items():
-        if key.startswith("data.corpus_options."):
-            corpus_options[key.split(".", 2)[2]] = value
-    return missing_corpus(data.get("corpus", "ptb"), corpus_options, root if root is not None else data.get("data_root"))
+    """Why a row cannot run here: the files its DataModule says it misses (``missing_data()``), else None."""
+    from ..data.corpora import CorpusError, describe_missing
+
+    task = is_task_recipe(recipe)
+    try:
+        datamodule, what = _row_datamodule(recipe, row, root, task)
+        missing = datamodule.missing_data() if datamodule is not None else []
+    except CorpusError as err:  # an unknown corpus, or files present that cannot be loaded
+        return f"corpus missing: {str(err).splitlines()[0]}"
+    if not missing:
+        return None
+    return f"{'data' if task else 'corpus'} missing: {describe_missing(what, missing, datamodule.data_root)}"
+
+
+def _row_datamodule(recipe: dict, row: Row, root: str | None, task: bool) -> tuple[Any, str]:
+    """The row's DataModule built from its recipe and overrides (reading no data), and the name of its data;
+    ``(None, "")`` when it is not this library's or its arguments are wrong (the row's fit says why)."""
+    prefix = "data.init_args." if task else "data.corpus_options."
+    options = dict((_init_args(recipe, "data") if task else recipe["data"].get("corpus_options")) or {})
+    options.update({k[len(prefix):]: v for k, v in row.overrides.items() if k.startswith(prefix) and k.count(".") == 2})
+    try:
+        if task:
+            cls = _task_data_class(recipe)
+            if cls is None:
+                return None, ""
+            if root is not None and task_data_root_key(recipe) is not None:
+                options["data_root"] = root
+            from ..tasks.catalog import list_tasks
+
+            datamodule = cls(**options)  # named by its data set (mnist, fashion_mnist), else by its task (imdb)
+            name = getattr(datamodule, "dataset", None) or next((t.name for t in list_tasks() if t.datamodule is cls), None)
+            return datamodule, name or cls.__name__
+        from ..training.datamodule import LanguageModelDataModule
+
+        corpus = recipe["data"].get("corpus", "ptb")
+        if not isinstance(corpus, str):
+            return None, ""
+        data_root = root if root is not None else recipe["data"].get("data_root")
+        return LanguageModelDataModule(corpus, data_root=data_root, corpus_options=options), corpus
+    except (TypeError, ValueError):
+        return None, ""
 
 
 def fit_command(args: Sequence[str], recipes: Path, data_root: str | None) -> str:

@@ -53,7 +53,8 @@ import torch
 from torch import Tensor
 
 from .._machine import check_device
-from ..data.normalize import Normalizer, NormalizerError, list_normalizers, normalizer_for_corpus, resolve_normalize
+from ..data.corpora import normalizer_for_corpus
+from ..data.normalize import Normalizer, NormalizerError, list_normalizers, resolve_normalize
 from ..data.textfile import LongWord, Part, TextFileError, iter_file_parts, normalized_parts
 from ..hub.registry import HUB_KEYWORDS, check_keywords, dtype_argument, load_with
 from ..model.pretrained import load_pretrained, save_pretrained

@@ -21,6 +21,7 @@ import json
 import math
 import random
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -366,6 +367,11 @@ class SequenceDataModule(L.LightningDataModule):
     def build(self, stage: str) -> None:  # pragma: no cover - every task overrides it
         """Create ``train_set`` / ``val_set`` / ``test_sets`` for ``stage``."""
         raise TypeError(f"{type(self).__name__} must define build(stage): how its datasets are made")
+
+    def missing_data(self) -> list[Path]:
+        """Where the files this DataModule reads (to fit and test) are expected, for those that are not there;
+        ``[]`` when every one is, or when it generates its data (the formal languages)."""
+        return []
 
     # -- Lightning hooks ---------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:

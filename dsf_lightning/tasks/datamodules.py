@@ -23,18 +23,19 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from .._keep import KEEP, cut
-from ..data.corpora.files import CorpusError, FileSpec, read_lines, resolve_data_root, verify_file
-from ..data.corpora.imdb import SHA256 as IMDB_SHA256
+from ..data.corpora import get_corpus_spec
+from ..data.corpora.files import CorpusError, read_lines, resolve_data_root, verify_file
 from ..data.corpora.imdb import normalize_review
 from . import languages as lang
 from .data import ArraySequenceDataset, SequenceDataModule, TokenSequenceDataset, Vocabulary
-from .idx import load_mnist, mnist_available
+from .idx import load_mnist, missing_mnist_files, mnist_available
 
 
 def _shifted_ids(row: torch.Tensor, offset: int) -> torch.Tensor:
@@ -252,6 +253,7 @@ class IMDBSentimentDataModule(SequenceDataModule):
     lengths as ``l in [100, 200]``).
     """
 
+    corpus_spec = "imdb-subword"  # the corpus whose files (imdb/{train,test}.jsonl.xz, with their sha256) are read
     # what a classifier folder records (dsf_lightning.hub.classifier): reviews read as _read reads them
     text_normalizer = "imdb"  # normalize_review
     text_tokenizer = "word"  # then split on whitespace
@@ -287,13 +289,18 @@ class IMDBSentimentDataModule(SequenceDataModule):
         self._train_words: list[list[str]] | None = None
         self._train_labels: list[int] | None = None
 
+    def missing_data(self) -> list[Path]:
+        return get_corpus_spec(self.corpus_spec).missing_files(self.data_root, splits=("train", "test"))
+
     def _read(self, split: str) -> tuple[list[list[str]], list[int]]:
+        spec = get_corpus_spec(self.corpus_spec)
+        file = spec.files(spec.options({}))[split][0]
         root, how = resolve_data_root(self.data_root)
-        path = root / "imdb" / f"{split}.jsonl.xz"
+        path = root / file.path
         if not path.is_file():
             raise CorpusError(f"imdb: {path} not found (data root from {how}); expected the JSON Lines reviews")
         if self.verify:
-            verify_file(path, FileSpec(f"imdb/{split}.jsonl.xz", sha256=IMDB_SHA256[split]))
+            verify_file(path, file)
         words, labels = [], []
         for line in read_lines(path):
             review = json.loads(line)
@@ -394,6 +401,10 @@ class PixelMNISTDataModule(SequenceDataModule):
         self.permutation = (
             torch.randperm(self.PIXELS, generator=torch.Generator().manual_seed(permutation_seed)) if permuted else None
         )
+
+    def missing_data(self) -> list[Path]:
+        """The train and test files (the test file only with ``split_test_file``) found nowhere."""
+        return missing_mnist_files(self.dataset, ("test",) if self.split_test_file else ("train", "test"), self.data_root)
 
     def transform(self, row: torch.Tensor) -> torch.Tensor:
         """uint8 ``[784]`` -> float ``[784, 1]`` or ``[786, 3]`` with the start / end flag channels."""

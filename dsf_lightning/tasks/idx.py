@@ -89,10 +89,21 @@ def load_mnist(
     return images, labels
 
 
-def mnist_available(dataset: str, split: str, data_root: str | os.PathLike | None = None) -> bool:
-    try:
+def missing_mnist_files(
+    dataset: str, splits: tuple[str, ...] = ("train", "test"), data_root: str | os.PathLike | None = None
+) -> list[Path]:
+    """Where the files of ``splits`` are expected under the data root (``.gz``), for those found nowhere
+    (:func:`find_mnist_file`: neither there nor in the fallback folders)."""
+    root, _ = resolve_data_root(data_root)
+    missing = []
+    for split in splits:
         for name in MNIST_FILES[split]:
-            find_mnist_file(dataset, name, data_root)
-    except CorpusError:
-        return False
-    return True
+            try:
+                find_mnist_file(dataset, name, data_root)
+            except CorpusError:
+                missing.append(root / MNIST_FOLDERS[dataset][0] / f"{name}.gz")
+    return missing
+
+
+def mnist_available(dataset: str, split: str, data_root: str | os.PathLike | None = None) -> bool:
+    return not missing_mnist_files(dataset, (split,), data_root)

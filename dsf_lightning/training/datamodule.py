@@ -12,6 +12,7 @@ layout is a :class:`~dsf_lightning.training.resume.ResumeMismatchError` (:mod:`d
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -124,13 +125,23 @@ class LanguageModelDataModule(L.LightningDataModule):
             self._vocab_checked = True
         return self._corpus
 
+    def missing_data(self) -> list[Path]:
+        """Where the corpus files this DataModule reads are expected, for those that are not there (``[]``: all
+        are, or a loaded corpus was given); reads nothing. An unknown corpus or option, or files this library
+        cannot load, raise :class:`~dsf_lightning.data.corpora.CorpusError`."""
+        if self._corpus is not None:
+            return []
+        from ..data.corpora import get_corpus_spec
+
+        return get_corpus_spec(self.corpus_name).missing_files(self.data_root, **self.corpus_options)
+
     def _pretrained(self):
         from .finetune import load_for_finetuning
 
         return load_for_finetuning(self.vocab_from)
 
     def _load_with_pretrained_vocab(self, load_corpus):
-        from ..data.normalize import normalizer_for_corpus
+        from ..data.corpora import normalizer_for_corpus
         from .finetune import check_corpus_tokenizer, corpus_options_for
 
         pretrained = self._pretrained()
@@ -149,7 +160,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         """The normalizer for a text file of your own read with this corpus's vocabulary (``predict_file``):
         ``normalize`` when given (``none``: None), else the pretrained model's (``vocab_from``), else the one
         that writes text in the corpus's form (``ptb`` for ``ptb``)."""
-        from ..data.normalize import get_normalizer, normalizer_for_corpus
+        from ..data.corpora import normalizer_for_corpus
+        from ..data.normalize import get_normalizer
 
         if self.normalize is not None:
             return get_normalizer(self.normalize)

@@ -233,7 +233,7 @@ def _reader_of(ckpt: dict, settings: dict, path: Path) -> _Reader | None:
 
         pretrained = load_for_finetuning(source)
         own = getattr(pretrained, "normalize", None)
-        from ..data.normalize import normalizer_for_corpus
+        from ..data.corpora import normalizer_for_corpus
 
         normalize = own if own and normalizer_for_corpus(name) != own else None
         return _Reader(name, pretrained.vocab, pretrained.tokenizer, normalize)
@@ -335,7 +335,7 @@ def pretrained_from_checkpoint(
         recorded["checkpoint"]["weights"] = which_weights
     recorded.update(copy.deepcopy(info or {}))
     # the text normalizer: the one the data module applied (data.normalize), else the corpus's own form
-    from ..data.normalize import normalizer_for_corpus
+    from ..data.corpora import normalizer_for_corpus
 
     asked = settings.get("normalize")
     if asked is None and reader is not None:

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 import dsf_lightning
+from dsf_lightning.data.corpora import normalizer_for_corpus
 from dsf_lightning.data.normalize import (
     NormalizerError,
     get_normalizer,
     list_normalizers,
-    normalizer_for_corpus,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -88,6 +88,11 @@ class CorpusSpec(abc.ABC):
     vocab_from_all: ClassVar[bool] = False  # build the vocabulary from every loaded split
     optional_splits: ClassVar[bool] = False  # by default load the splits whose files exist
     vocab_fix: ClassVar[str] = ""  # the option that opens a built vocabulary, named when it is closed and a symbol is unseen
+    # What the rest of the library knows about the corpus reads these (model cards, text normalization):
+    dataset_id: ClassVar[str | None] = None  # the data set's Hugging Face Hub id: a card's `datasets:` and model-index
+    language: ClassVar[str | None] = None  # the text's language code: a card's `language:` (None: not one language)
+    normalizer: ClassVar[str | None] = None  # the normalizer that writes raw text in this corpus's form (data.normalize)
+    aliases: ClassVar[tuple[str, ...]] = ()  # other names the same data is recorded under (a task's: "imdb")
 
     @abc.abstractmethod
     def files(self, opts: dict) -> dict[str, list[FileSpec]]:
@@ -130,11 +135,47 @@ class CorpusSpec(abc.ABC):
             raise CorpusError(f"corpus {self.name!r}: unknown option(s) {unknown}; accepted: {accepted}")
         return {**self.defaults, **given}
 
+    def missing_files(
+        self, data_root: str | os.PathLike | None = None, *, splits: Sequence[str] | None = None, **options
+    ) -> list[Path]:
+        """Where the files :func:`load_corpus` would read for ``splits`` (default: as it chooses) are expected,
+        for those that are not there; ``[]`` when every one is. Raises :class:`CorpusError` for an unknown
+        option or split, or files present that this library cannot load (:meth:`check_supported`)."""
+        opts = self.options(options)
+        root, _ = resolve_data_root(data_root)
+        all_files = self.files(opts)
+        missing = _missing(root, self._splits(root, all_files, splits), all_files)
+        if not missing:
+            self.check_supported(root, opts)
+        return list(dict.fromkeys(root / fs.path for _, fs in missing))
+
+    def _splits(self, root: Path, all_files: dict, splits: Sequence[str] | None) -> list[str]:
+        """The splits to read: those asked for (checked), else all, else (``optional_splits``) those present."""
+        if splits is None:
+            splits = self.splits
+            if self.optional_splits:
+                splits = [s for s in self.splits if not _missing(root, [s], all_files)] or list(self.splits)
+        splits = list(dict.fromkeys(splits))
+        bad = [s for s in splits if s not in self.splits]
+        if bad:
+            raise CorpusError(f"corpus {self.name!r} has no split(s) {bad}; it has {list(self.splits)}")
+        return splits
+
 
 def register_corpus(spec: CorpusSpec) -> CorpusSpec:
-    """Make ``spec`` loadable by name with :func:`load_corpus`."""
+    """Make ``spec`` loadable by name with :func:`load_corpus`, and its facts (dataset id, language,
+    normalizer, files) known to every part of the library that asks for them by the corpus's name."""
+    from ..normalize import NormalizerError, get_normalizer
+
     if spec.name in _REGISTRY and type(_REGISTRY[spec.name]) is not type(spec):
         raise CorpusError(f"corpus name {spec.name!r} is already registered")
+    taken = [n for n in spec.aliases if _owner(n) not in (None, spec.name)]
+    if taken:
+        raise CorpusError(f"corpus {spec.name!r}: alias(es) {taken} already name another corpus")
+    try:
+        get_normalizer(spec.normalizer)  # a misspelt name fails here, not when a card or a text is written
+    except NormalizerError as err:
+        raise CorpusError(f"corpus {spec.name!r}: {err} (its normalizer attribute)") from None
     _REGISTRY[spec.name] = spec
     return spec
 
@@ -148,6 +189,39 @@ def get_corpus_spec(name: str) -> CorpusSpec:
         return _REGISTRY[name]
     except KeyError:
         raise CorpusError(f"unknown corpus {name!r}; known: {', '.join(list_corpora())}") from None
+
+
+def _owner(name: str) -> str | None:
+    """The registered corpus called ``name`` or having it as an alias."""
+    if name in _REGISTRY:
+        return name
+    return next((spec.name for spec in _REGISTRY.values() if name in spec.aliases), None)
+
+
+def find_corpus_spec(name: object) -> CorpusSpec | None:
+    """The spec of the corpus a model records it was trained on (its name, or an alias such as a task's
+    ``imdb``), or None for an unknown name (a corpus of another library, a generated task)."""
+    owner = _owner(name) if isinstance(name, str) else None
+    return _REGISTRY[owner] if owner is not None else None
+
+
+def normalizer_for_corpus(corpus: str) -> str | None:
+    """The normalizer that writes raw text in corpus ``corpus``'s form (its spec's ``normalizer``), or None."""
+    spec = find_corpus_spec(corpus)
+    return spec.normalizer if spec is not None else None
+
+
+def describe_missing(what: str, paths: Sequence[Path], data_root: str | os.PathLike | None = None) -> str:
+    """One line naming missing files: ``WHAT needs A, B, C, D and N more under ROOT (data root from HOW)``;
+    a path under the data root is named relative to it."""
+    root, how = resolve_data_root(data_root)
+
+    def shown(path: Path) -> str:
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+    names = [shown(Path(p)) for p in dict.fromkeys(paths)]
+    more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+    return f"{what} needs {', '.join(names[:4])}{more} under {root} (data root from {how})"
 
 
 def _find(root: Path, spec: FileSpec) -> tuple[Path, FileSpec] | None:
@@ -188,23 +262,21 @@ def _missing_message(spec: CorpusSpec, root: Path, how: str, missing: list, pres
     return "\n".join(lines)
 
 
+def _missing(root: Path, splits: Iterable[str], all_files: dict[str, list[FileSpec]]) -> list[tuple[str, FileSpec]]:
+    """``(split, file)`` of every required file of ``splits`` that is not under ``root``: the one presence check."""
+    return [(split, fs) for split in splits for fs in all_files[split] if _find(root, fs) is None]
+
+
 def _resolve_files(spec, root, how, splits, all_files, fetch) -> dict[str, list[tuple[Path, FileSpec]]]:
-    resolved: dict[str, list] = {}
-    missing = []
-    for split in splits:
-        for fs in all_files[split]:
-            hit = _find(root, fs)
-            if hit is None and fetch and fs.url:
+    if fetch:
+        for _, fs in _missing(root, splits, all_files):
+            if fs.url and _find(root, fs) is None:  # a file two splits share is fetched once
                 fetch_url(fs.url, root / fs.path, fs.sha256)
-                hit = _find(root, fs)
-            if hit is None:
-                missing.append((split, fs))
-            else:
-                resolved.setdefault(split, []).append(hit)
+    missing = _missing(root, splits, all_files)
     if missing:
-        present = [s for s in spec.splits if s in all_files and all(_find(root, f) for f in all_files[s])]
+        present = [s for s in spec.splits if s in all_files and not _missing(root, [s], all_files)]
         raise CorpusError(_missing_message(spec, root, how, missing, present))
-    return resolved
+    return {split: [_find(root, fs) for fs in all_files[split]] for split in splits}
 
 
 def load_corpus(
@@ -243,14 +315,7 @@ def load_corpus(
     opts = spec.options(options)
     root, how = resolve_data_root(data_root)
     all_files = spec.files(opts)
-    if splits is None:
-        splits = spec.splits
-        if spec.optional_splits:
-            splits = [s for s in spec.splits if all(_find(root, f) for f in all_files[s])] or list(spec.splits)
-    splits = list(dict.fromkeys(splits))
-    bad = [s for s in splits if s not in spec.splits]
-    if bad:
-        raise CorpusError(f"corpus {name!r} has no split(s) {bad}; it has {list(spec.splits)}")
+    splits = spec._splits(root, all_files, splits)
     resolved = _resolve_files(spec, root, how, splits, all_files, download)
     spec.check_supported(root, opts)
     digests: dict[str, str] = {}

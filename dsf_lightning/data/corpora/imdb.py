@@ -62,6 +62,8 @@ class IMDBSubword(CorpusSpec):
         'one {"id", "rating", "label", "text"} object per review (aclImdb/{train,test}/{pos,neg}/*.txt)'
     )
     defaults = {"min_count": IMDB_SUBWORD_MIN_COUNT, "valid_every": 10}
+    dataset_id, language = "imdb", "en"
+    aliases = ("imdb",)  # the same reviews as the sentiment task's data (tasks.IMDBSentimentDataModule)
 
     def options(self, given: dict) -> dict:
         opts = super().options(given)

@@ -46,6 +46,7 @@ class PTB(CorpusSpec):
     folder = "ptb"
     howto = "unpack simple-examples/data/ptb.{train,valid,test}.txt from the archive into <data root>/ptb/"
     unk = "<unk>"
+    dataset_id, language, normalizer = "ptb_text_only", "en", "ptb"
 
     def files(self, opts: dict) -> dict[str, list[FileSpec]]:
         return word_files()
@@ -63,6 +64,7 @@ class PTBChar(CorpusSpec):
         "unpack simple-examples/data/ptb.char.{train,valid,test}.txt into <data root>/ptb_char/ "
         "(the train file may be xz-compressed: ptb.char.train.txt.xz)"
     )
+    dataset_id, language, normalizer = "ptb_text_only", "en", "ptb-char"
 
     def files(self, opts: dict) -> dict[str, list[FileSpec]]:
         plain = FileSpec("ptb_char/ptb.char.train.txt", sha256=CHAR_SHA256["train.txt"])

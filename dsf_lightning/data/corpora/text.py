@@ -123,6 +123,7 @@ class TinyShakespeare(CorpusSpec):
     folder = "tinyshakespeare"
     defaults = {"fractions": (0.9, 0.05, 0.05)}
     vocab_from_all = True
+    dataset_id, language = "tiny_shakespeare", "en"
     SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
     def options(self, given: dict) -> dict:

@@ -30,6 +30,7 @@ class OneBillionWord(CorpusSpec):
     folder = "one_billion_word"
     howto = f"unpack the archive into <data root>/one_billion_word/ (giving {LM1B}/...)"
     splits = ("train", "test")
+    language = "en"
 
     def files(self, opts: dict) -> dict[str, list[FileSpec]]:
         base = f"{self.folder}/{LM1B}"

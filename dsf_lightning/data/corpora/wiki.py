@@ -36,6 +36,7 @@ class WikiText2(CorpusSpec):
     folder = "wikitext2"
     howto = "unpack wikitext-2/wiki.{train,valid,test}.tokens from the archive into <data root>/wikitext2/"
     unk = "<unk>"
+    dataset_id, language = "wikitext", "en"
 
     def files(self, opts: dict) -> dict[str, list[FileSpec]]:
         return {
@@ -54,6 +55,7 @@ class Text8(CorpusSpec):
     url = "http://mattmahoney.net/dc/text8.zip"
     folder = "text8"
     howto = "put text8.zip (or the unzipped file text8) into <data root>/text8/"
+    language = "en"
     defaults = {"level": "char", "min_count": 5, "split_chars": (90_000_000, 5_000_000, 5_000_000)}
     _chunk = 1 << 20  # lines handed to the tokenizer (the file is one 100M-character line)
 
