@@ -17,7 +17,7 @@ import torch
 
 from ..data.tokenizers import get_tokenizer
 from ..data.vocab import Vocabulary
-from ..hub._folder import CheckpointError, _check_normalize, _jsonable, _plain_json, load_state, match_state
+from ..hub.folder import CheckpointError, check_normalize, jsonable, load_state, match_state, plain_json
 from ..model import LMConfig, ModelConfigError
 from ..model.pretrained import Pretrained, _describe, _expected_state
 
@@ -167,7 +167,7 @@ def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
 
 def _cli_data_config(path: Path) -> dict:
     """The ``data`` section of the LightningCLI ``config.yaml`` of the run that wrote checkpoint ``path``
-    (:func:`~._folder.cli_configs`: beside it, one or two levels up, or in its logger's version folder)."""
+    (:func:`~dsf_lightning.training.read_checkpoint.cli_configs`: beside it, one or two levels up, or in its logger's version folder)."""
     for candidate in cli_configs(path):
         data = read_cli_config(candidate) or {}
         section = data.get("data")
@@ -321,7 +321,7 @@ def pretrained_from_checkpoint(
     training = {k: v for k, v in ckpt["hyper_parameters"].items() if k not in fields and not k.startswith("_")}
     recorded = {
         "corpus": corpus_obj.name,
-        "corpus_options": _jsonable({k: v for k, v in options.items() if k != "path"}),
+        "corpus_options": jsonable({k: v for k, v in options.items() if k != "path"}),
         "tokenizer": tokenizer.name,
         "checkpoint": {
             "file": path.name,
@@ -329,7 +329,7 @@ def pretrained_from_checkpoint(
             "global_step": ckpt.get("global_step"),
             "lightning_version": ckpt.get("pytorch-lightning_version"),
         },
-        "training": _jsonable(training),
+        "training": jsonable(training),
     }
     if which_weights is not None:
         recorded["checkpoint"]["weights"] = which_weights
@@ -340,5 +340,5 @@ def pretrained_from_checkpoint(
     asked = settings.get("normalize")
     if asked is None and reader is not None:
         asked = reader.normalize
-    normalize = _check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
-    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"), normalize=normalize)
+    normalize = check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=plain_json(recorded, "info"), normalize=normalize)
