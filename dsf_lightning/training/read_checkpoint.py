@@ -18,8 +18,9 @@ import torch
 from ..data.tokenizers import get_tokenizer
 from ..data.vocab import Vocabulary
 from ..hub.folder import CheckpointError, check_normalize, jsonable, load_state, match_state, plain_json
-from ..model import LMConfig, ModelConfigError
+from ..model import LMConfig
 from ..model.pretrained import Pretrained, _describe, _expected_state
+from .config import TrainConfig, checkpoint_configs
 
 logger = logging.getLogger(__name__)
 
@@ -154,14 +155,17 @@ def is_classifier_checkpoint(ckpt: dict) -> bool:
     return sequence_module_name(ckpt) is not None
 
 
-def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
+def _configs(ckpt: dict, path: Path) -> tuple[LMConfig, TrainConfig]:
+    """The model and training configs of a ``LanguageModelModule`` checkpoint (:func:`~.config.checkpoint_configs`:
+    its ``dsf_config``, else its migrated ``hyper_parameters``), or a :class:`CheckpointError` naming the fault."""
+    hparams = ckpt["hyper_parameters"]
     if not isinstance(hparams, dict):
         raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
     if "vocab_size" not in hparams:
         raise CheckpointError(f"{path}: hyper_parameters has no vocab_size: not a LanguageModelModule checkpoint")
     try:
-        return LMConfig.from_hparams(hparams)
-    except (ModelConfigError, TypeError) as err:
+        return checkpoint_configs(ckpt)
+    except (ValueError, TypeError, KeyError) as err:  # ModelConfigError is a ValueError
         raise CheckpointError(f"{path}: hyper_parameters do not make a valid model: {err}") from None
 
 
@@ -268,7 +272,7 @@ def pretrained_from_checkpoint(
             f"{path}: holds a SequenceClassifier (a text classifier), not a LanguageModelModule: export it with "
             "`dsf export` (which tells the kinds apart) or dsf_lightning.tasks.pretrained.export_classifier_checkpoint"
         )
-    config = _config_from_hparams(ckpt["hyper_parameters"], path)
+    config, train_config = _configs(ckpt, path)
     state_dict, which_weights = checkpoint_weights(ckpt, path, weights)
     state = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
     if not state:
@@ -317,8 +321,7 @@ def pretrained_from_checkpoint(
             f"(options {options}) gives {len(vocab):,} symbols: wrong corpus or corpus options"
         )
     tokenizer = getattr(corpus_obj, "tokenizer", None) or get_tokenizer(corpus_obj.tokenizer_name)
-    fields = {f.name for f in dataclasses.fields(LMConfig)}
-    training = {k: v for k, v in ckpt["hyper_parameters"].items() if k not in fields and not k.startswith("_")}
+    training = train_config.to_dict()
     recorded = {
         "corpus": corpus_obj.name,
         "corpus_options": jsonable({k: v for k, v in options.items() if k != "path"}),
