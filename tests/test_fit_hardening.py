@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dsf_lightning.cli import main
-from dsf_lightning.cli.saved_config import MARKER
+from dsf_lightning.training.saved_config import MARKER
 from tests.reliability.conftest import write_text_folder
 
 #: the user's recipe, with comments: it must never change

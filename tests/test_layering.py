@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("training",),
     ("tasks",),
     ("recipe_cli",),
+    ("recipe_cli",),
     ("scoring", "classification", "evaluation"),
     ("auto",),
     ("analysis",),

@@ -48,7 +48,7 @@ def test_two_rows_train_side_by_side_in_one_thread_processes(tmp_path, monkeypat
         assert row["command"].startswith("dsf fit --config recipes/ptb/") and "$DSF_DATA_ROOT" in row["command"]
         assert row["commit"], "the git commit is recorded"
         folder = out / "runs" / "dsf-table1-word" / key
-        assert "dsf_lightning.cli.row" in (folder / "row.log").read_text()
+        assert "dsf_lightning.reproduce.row" in (folder / "row.log").read_text()
         progress = read_progress(folder)
         assert len(progress["sittings"]) == 1 and totals(progress)["tokens"] == entry["tokens"] > 0
     assert rows["delta-rnn"]["status"] == "not run"

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import NamedTuple
 
+from .._quiet import quiet_third_party
 from .lightning import LIGHTNING_COMMANDS, is_task_recipe, lightning_cli  # noqa: F401 - the public names
-from .quiet import quiet_third_party
 
 
 class Command(NamedTuple):

@@ -1,8 +1,8 @@
 """``dsf reproduce TABLE``: a paper's table, row by row, through ``dsf fit`` + test.
 
-The runner (:mod:`dsf_lightning.reproduce.runner`) sits below the CLI: this command hands it the function that
-builds a row's LightningCLI (:func:`.lightning.lightning_cli`) and the child-process entry of a row
-(``python -m dsf_lightning.cli.row``, :mod:`.row`) as arguments."""
+The runner (:mod:`dsf_lightning.reproduce.runner`) trains every row through
+:func:`dsf_lightning.recipe_cli.lightning_cli`, the function ``dsf fit`` runs, in this process or in a child
+(``python -m dsf_lightning.reproduce.row``); this command parses the options and reports."""
 
 from __future__ import annotations
 
@@ -53,8 +53,6 @@ def add_reproduce_parser(commands, help: str | None = None) -> None:
 @guard("reproduce")
 def reproduce_command(args: argparse.Namespace) -> int:
     from ..reproduce.runner import run_table
-    from .lightning import lightning_cli
-    from .row import CHILD_ENTRY
 
     bad = [a for a in args.overrides if a.startswith("-") and not a.startswith(("--trainer.", "--model.", "--data.", "--seed_everything"))]
     if bad:
@@ -84,8 +82,7 @@ def reproduce_command(args: argparse.Namespace) -> int:
     command += " " + shlex.join(["--out", args.out, *args.overrides])
     summary = run_table(args.table, scale=args.scale, data_root=args.data_root, out=args.out, rows=rows,
                         overrides=args.overrides, recipes_dir=args.recipes_dir, isolate=args.isolate,
-                        jobs=args.jobs, threads=args.threads, command=command,
-                        build_cli=lightning_cli, child_entry=CHILD_ENTRY)
+                        jobs=args.jobs, threads=args.threads, command=command)
     counts = ", ".join(f"{len(summary[k])} {k.replace('_', ' ')}" for k in ("ran", "skipped_done", "skipped", "failed", "pending"))
     print(f"{args.table}: {counts}\nwrote {summary['markdown']} and {summary['csv']}")
     return EXIT_FAILURE if summary["failed"] else 0  # failed rows are recorded; a re-run retries them

@@ -1,6 +1,6 @@
 """Train several rows of a table at once (``dsf reproduce TABLE --jobs N``): one child process per row.
 
-Each child runs ``python -m ENTRY`` (the CLI's row entry, ``dsf_lightning.cli.row``) with ``threads`` torch /
+Each child runs ``python -m ENTRY`` (the row entry, ``dsf_lightning.reproduce.row``) with ``threads`` torch /
 OpenMP threads and its output in ``<row folder>/row.log`` (appended across sittings); this process starts the next row when one
 ends, reports each finished epoch from the row's ``progress.json`` and hands every result to ``on_done``.
 Interrupted (Ctrl-C, SIGTERM), it stops its children: their rows stay ``running`` in the state file and the
@@ -42,7 +42,7 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
     """Run ``fits`` (row, entry, spec, run fingerprint) ``jobs`` at a time; ``on_start(row, entry, spec)`` before
     each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process;
     ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table); ``child_entry``: the module each
-    child runs with ``python -m`` (the CLI's :mod:`dsf_lightning.cli.row`)."""
+    child runs with ``python -m`` (:mod:`dsf_lightning.reproduce.row`)."""
     queue = list(fits)
     running: dict[str, dict] = {}
     previous = _stop_on_sigterm()

@@ -2,9 +2,9 @@
 
 For every row: check that the corpus files are there (else the row is *skipped* and the files are named),
 build the LightningCLI arguments (the recipe, the row's overrides, the scale's overrides, then the user's
-``--trainer.*`` / ``--model.*`` / ``--data.*`` overrides, which win), instantiate through the function the
-CLI hands in (``build_cli``: :func:`dsf_lightning.cli.lightning.lightning_cli`; this module sits below the CLI),
-``fit``, then ``test`` the best checkpoint and read the row's metric. Each row runs in its own folder
+``--trainer.*`` / ``--model.*`` / ``--data.*`` overrides, which win), instantiate through
+:func:`dsf_lightning.recipe_cli.lightning_cli` (what ``dsf fit`` runs), ``fit``, then ``test`` the best checkpoint
+and read the row's metric. Each row runs in its own folder
 ``<out>/runs/<table>/<row>/`` (the recipe's relative ``runs/`` paths land there). Dynamic-evaluation rows
 evaluate their parent row's best checkpoint.
 
@@ -38,7 +38,7 @@ Under several processes (``--trainer.devices 4 --trainer.strategy ddp``, torchru
 alone reads the state, decides every row (resume or fresh, which checkpoint) and writes; the other ranks
 follow its decision (:mod:`.ranks`). A row starting fresh in a folder of other settings moves it aside
 (:func:`prepare_row_folder`); with Lightning's own launcher (``--trainer.devices N``) every row runs in a child process
-(``child_entry``, handed in by the CLI: ``python -m dsf_lightning.cli.row``) that Lightning can re-launch per
+(``python -m dsf_lightning.reproduce.row``, :mod:`.row`) that Lightning can re-launch per
 device.
 """
 
@@ -371,14 +371,18 @@ def _fingerprints(table: Table, row: Row, scale: str, recipe: Any, recipe_text: 
 
 
 # =============================================================================================== one row
-def run_row(spec: dict, build_cli: Callable) -> dict:
+#: the module ``python -m`` runs for one row in a child process (:mod:`.row`)
+CHILD_ENTRY = "dsf_lightning.reproduce.row"
+
+
+def run_row(spec: dict, build_cli: Callable | None = None) -> dict:
     """Fit then test one row in this process (``spec``: args, workdir, metric, resume, threads); returns its results.
 
     ``spec["resume"]``: a checkpoint's path relative to the workdir (rank 0's choice, see :func:`run_table`),
     True (the ``last.ckpt`` beside the run's checkpoints, if there is one) or False (a fresh start).
 
-    ``build_cli(args, run=False)`` builds the row's LightningCLI without running it (the CLI passes
-    :func:`dsf_lightning.cli.lightning.lightning_cli`: the runner sits below the CLI and does not import it).
+    ``build_cli(args, run=False)`` builds the row's LightningCLI without running it (default:
+    :func:`dsf_lightning.recipe_cli.lightning_cli`, what ``dsf fit`` runs).
 
     Writes ``spec["result_file"]`` (rank 0) when given, which is how a child process reports back. Costs are
     counted by :class:`~.progress.RowProgress` over every sitting of the row (``progress.json``).
@@ -398,6 +402,8 @@ def run_row(spec: dict, build_cli: Callable) -> dict:
     try:
         with warnings.catch_warnings():  # "args given and sys.argv too": intended here
             warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+            if build_cli is None:
+                from ..recipe_cli import lightning_cli as build_cli
             cli = build_cli(spec["args"], run=False)
         trainer, model, data = cli.trainer, cli.model, cli.datamodule
         progress = RowProgress(workdir)
@@ -589,9 +595,9 @@ def run_table(
 
     ``jobs`` > 1 trains that many rows at once, each in a child process with ``threads`` threads (default 1)
     and its log in ``<row folder>/row.log``; ``command`` is the command line recorded in the outputs.
-    ``build_cli`` (rows trained in this process, see :func:`run_row`) and ``child_entry`` (the ``python -m``
-    module of a row's child process) come from the CLI (``dsf reproduce`` passes both); a table with rows to
-    train needs the one its mode uses.
+    ``build_cli`` (rows trained in this process, see :func:`run_row`; default
+    :func:`dsf_lightning.recipe_cli.lightning_cli`) and ``child_entry`` (the ``python -m`` module of a row's child
+    process; default :mod:`.row`) are there for tests that train rows another way.
     """
     table = get_table(table_id)
     if scale not in SCALES:
@@ -738,9 +744,7 @@ def run_table(
 
     # 2. train: one row after the other, or `jobs` rows at once in child processes (in the order --rows names them)
     fits.sort(key=lambda fit: wanted.index(fit[0].key))
-    if fits and (child_entry if jobs > 1 or isolate else build_cli) is None:
-        raise TypeError("run_table trains rows through the CLI: pass build_cli=dsf_lightning.cli.lightning.lightning_cli "
-                        "and child_entry='dsf_lightning.cli.row' (what `dsf reproduce` passes)")
+    child_entry = child_entry or CHILD_ENTRY
 
     def trained(row: Row, entry: dict, spec: dict, run_fp: str, result: dict | None,
                 err: BaseException | None, started: float) -> None:

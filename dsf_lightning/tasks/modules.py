@@ -35,6 +35,7 @@ from ..cells.base import State
 from ..hub.mixin import PretrainedModelMixin
 from ..ops.one_hot import one_hot
 from ..training.optim import FusedClipping, build_optimizer, fused_allowed
+from ..training.policy import TrainingPolicy, module_callbacks
 from .data import IGNORE_INDEX, pad_ids
 
 INPUT_MODES = ("embedding", "one-hot", "values")
@@ -44,6 +45,10 @@ OPTIMIZERS = ("adam", "rmsprop", "sgd")
 
 class _RecurrentSequenceModule(FusedClipping, L.LightningModule):
     """Input encoding, the cell run under a length mask, metrics bookkeeping and the optimizer."""
+
+    #: what :meth:`configure_callbacks` adds to the trainer (:mod:`~dsf_lightning.training.policy`);
+    #: ``TrainingPolicy.off()`` or ``TrainingPolicy(nonfinite_guard=False)`` opts out (not saved in checkpoints)
+    training_policy: TrainingPolicy = TrainingPolicy()
 
     def __init__(
         self,
@@ -207,6 +212,11 @@ class _RecurrentSequenceModule(FusedClipping, L.LightningModule):
     def on_test_epoch_start(self) -> None:
         for key in [k for k in self._sums if k[0] == "test"]:
             del self._sums[key]
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The training policy (:func:`~dsf_lightning.training.policy.module_callbacks`), as ``dsf fit`` trains:
+        a plain ``lightning.Trainer`` gets it too; a callback of a type the trainer has is not added."""
+        return module_callbacks(self)
 
     def configure_optimizers(self):
         hp = self.hparams
