@@ -8,7 +8,7 @@
 Public API: :func:`from_pretrained` (a :class:`Scorer` for a language model, a :class:`TextClassifier` for a
 text classifier: the folder says which), :func:`list_models` (published models), the cell registry
 (:func:`list_cells`, :func:`get_cell`, :func:`register_cell`), the model
-(:class:`LMConfig`, :class:`RecurrentLM`), training (:class:`LanguageModelModule`,
+(:class:`LMConfig`, :class:`RecurrentLM`), training (:class:`LanguageModelModule`, :class:`TrainConfig`,
 :class:`LanguageModelDataModule`) and corpora (:func:`load_corpus`, :func:`list_corpora`). Every part
 (torch, Lightning, the hub client) is imported on first use.
 """
@@ -33,6 +33,7 @@ _LAZY = {
     "LMConfig": "dsf_lightning.model",
     "RecurrentLM": "dsf_lightning.model",
     "LanguageModelModule": "dsf_lightning.training",
+    "TrainConfig": "dsf_lightning.training.config",
     "LanguageModelDataModule": "dsf_lightning.training.datamodule",
     "load_corpus": "dsf_lightning.data.corpora",
     "list_corpora": "dsf_lightning.data.corpora",

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from .hub import publish
-from .hub._folder import (
+from .hub.folder import (
     AUTO,
     CARD_FILE,
     CONFIG_FILE,
@@ -25,11 +25,11 @@ from .hub._folder import (
     TASKS,
     TEXT_CLASSIFICATION,
     PretrainedFormatError,
-    _read_json,
     check_folder,
     folder_task,
+    read_json,
 )
-from .hub.registry import HUB_KEYWORDS, PUBLISHED, _cached, check_keywords, load_with, resolve
+from .hub.registry import HUB_KEYWORDS, PUBLISHED, cached_copy, check_keywords, load_with, resolve
 from .model import LMConfig, RecurrentLM
 from .model.pretrained import load_pretrained
 from .scoring import Scorer
@@ -65,7 +65,7 @@ def list_models() -> list[dict]:
     metric, value, parameters, size_bytes (None where unknown)."""
     rows = []
     for name, published in sorted(PUBLISHED.items()):
-        folder = published.bundled_path if published.is_bundled else _cached(published)
+        folder = published.bundled_path if published.is_bundled else cached_copy(published)
         summary = folder_summary(folder) if folder is not None else {}
         rows.append({
             "name": name,
@@ -96,7 +96,7 @@ def folder_summary(folder: Path) -> dict:
     out: dict = {"size_bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file())}
     try:
         task = folder_task(folder)
-        config = _read_json(folder / CONFIG_FILE)
+        config = read_json(folder / CONFIG_FILE)
         out.update(task=task, parameters=_parameters(task, config["model"]))
     except (PretrainedFormatError, KeyError, TypeError, ValueError) as err:
         logger.warning("cannot read %s: %s", folder, err)

@@ -23,7 +23,7 @@ import dsf_lightning
 from dsf_lightning import scoring
 from dsf_lightning.cli import score as score_command
 from dsf_lightning.data.normalize import get_normalizer
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from dsf_lightning.model.pretrained import Pretrained, load_pretrained, save_pretrained
 from dsf_lightning.scoring import OOV_WARN_RATE, Scorer, ScoringError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..auto import list_models
 from ..export.language_model import export_checkpoint
-from ..hub._folder import STORAGE_DTYPES
+from ..hub.folder import STORAGE_DTYPES
 from ..training.read_checkpoint import WEIGHTS
 from .errors import guard
 
@@ -187,7 +187,7 @@ def _export_onnx(args: argparse.Namespace) -> int:
         )
     else:
         model = args.checkpoint  # a pretrained folder or a published name: the hub's loader resolves it
-    from ..hub._folder import WrongTaskError
+    from ..hub.folder import WrongTaskError
 
     try:
         path = to_onnx(model, args.output, opset=args.opset, check=not args.no_check)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..data.tokenizers import get_tokenizer
-from ..hub._folder import CheckpointError, _jsonable, _plain_json, load_state, match_state, round_to_storage
+from ..hub.folder import CheckpointError, jsonable, load_state, match_state, plain_json, round_to_storage
 from ..tasks.pretrained import (
     ARCHITECTURE,
     PROTOTYPE_MIN_COUNT,
@@ -63,7 +63,7 @@ def _shown_path(path: Path) -> str:
 
 def _data_section(path: Path, hparams: dict, recipe) -> tuple[dict, Path]:
     """The ``data:`` section (``class_path`` + ``init_args``) that built the training data: from ``recipe`` when
-    given, else from the LightningCLI config.yaml of the run (:func:`~._folder.cli_configs`) whose model agrees
+    given, else from the LightningCLI config.yaml of the run (:func:`~dsf_lightning.training.read_checkpoint.cli_configs`) whose model agrees
     with the checkpoint's hyper-parameters."""
     if recipe is not None:
         candidate = Path(recipe).expanduser()
@@ -187,18 +187,18 @@ def classifier_from_checkpoint(
     recorded = {
         "corpus": _task_name(type(datamodule)),
         "datamodule": type(datamodule).__name__,
-        "data": _jsonable({k: v for k, v in args.items() if k != "data_root"}),
+        "data": jsonable({k: v for k, v in args.items() if k != "data_root"}),
         "recipe": _shown_path(source),
         "checkpoint": {"file": path.name, "epoch": ckpt.get("epoch"), "global_step": ckpt.get("global_step"),
                        "lightning_version": ckpt.get("pytorch-lightning_version")},
-        "training": _jsonable(training),
+        "training": jsonable(training),
     }
     if which_weights is not None:
         recorded["checkpoint"]["weights"] = which_weights
-    recorded.update(_plain_json(info or {}, "info"))
+    recorded.update(plain_json(info or {}, "info"))
     pretrained = PretrainedClassifier(
         model=model, vocab=vocab, tokenizer=get_tokenizer(datamodule.text_tokenizer, eos=None), labels=labels,
-        info=_plain_json(recorded, "info"), normalize=getattr(datamodule, "text_normalizer", None),
+        info=plain_json(recorded, "info"), normalize=getattr(datamodule, "text_normalizer", None),
         max_length=max_length if max_length is not None else default_max_length(datamodule),
         keep=getattr(datamodule, "keep_words", "first"),  # the end of a long review the model was trained on
     )

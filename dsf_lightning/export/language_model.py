@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..hub._folder import round_to_storage
+from ..hub.folder import round_to_storage
 from ..model.pretrained import save_pretrained
 from ..training.read_checkpoint import pretrained_from_checkpoint
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ._folder import CARD_FILE, CONFIG_FILE, MODEL_FILES, PretrainedFormatError, _read_format_config
+from .folder import CARD_FILE, CONFIG_FILE, MODEL_FILES, PretrainedFormatError, _read_format_config
 
 logger = logging.getLogger(__name__)
 

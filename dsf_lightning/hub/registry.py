@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._folder import LANGUAGE_MODEL, TEXT_CLASSIFICATION, resolve_dtype
+from .folder import LANGUAGE_MODEL, TEXT_CLASSIFICATION, resolve_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def download(
         RevisionNotFoundError,
     )
 
-    from ._folder import MODEL_FILES
+    from .folder import MODEL_FILES
 
     where = f"{repo_id}@{revision or 'main'} from {constants.ENDPOINT}"
     try:
@@ -204,7 +204,7 @@ def resolve(name_or_path, revision: str | None = None, **hub) -> Path:
     return download(text, revision, **hub)
 
 
-def _cached(published: PublishedModel) -> Path | None:
+def cached_copy(published: PublishedModel) -> Path | None:
     """The Hub cache's copy of a published model, if one was downloaded (nothing is fetched)."""
     try:
         return download(published.repo_id, published.revision, local_files_only=True)

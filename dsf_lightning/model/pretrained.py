@@ -32,7 +32,7 @@ model config.json describes (refused from its size, before it is read) — each 
 :class:`PretrainedFormatError` naming the file, what is wrong and what to do; a folder holding a text
 classifier (``task: text-classification``, :mod:`.classifier`) raises :class:`WrongTaskError` naming the
 loader to use (``task`` absent: a language model, as every folder written before the field). What every kind
-of folder shares (checksums, bounded reading, the atomic write, strict weights) is :mod:`dsf_lightning.hub._folder`.
+of folder shares (checksums, bounded reading, the atomic write, strict weights) is :mod:`dsf_lightning.hub.folder`.
 Nothing is ever unpickled: JSON and safetensors only. (Checkpoints are read by :mod:`dsf_lightning.training.read_checkpoint`
 with ``torch.load(weights_only=True)``; :mod:`dsf_lightning.export` makes folders of them.)
 """
@@ -53,7 +53,8 @@ from ..data.tokenizers import (
     TokenizerError,
 )
 from ..data.vocab import Vocabulary, VocabularyError
-from ..hub._folder import (
+from ..hub.card import kept_card, read_card
+from ..hub.folder import (
     CELL_FIX,
     CONFIG_FILE,
     DSF_TOKENIZER_FILE,
@@ -64,19 +65,17 @@ from ..hub._folder import (
     VOCAB_FILE,
     WEIGHTS_FILE,
     PretrainedFormatError,
-    _check_normalize,
-    _checked_bytes,
-    _fail,
-    _json_metadata,
-    _unknown_cell,
-    _write_text,
     check_config_sizes,
     check_file_records,
     check_folder,
+    check_normalize,
     check_vocab_size,
     check_weights_header,
+    checked_bytes,
     config_header,
     fingerprint,
+    format_error,
+    json_metadata,
     load_state,
     match_state,
     parse_tokenizer,
@@ -88,8 +87,9 @@ from ..hub._folder import (
     save_folder,
     state_for_saving,
     tokenizer_record,
+    unknown_cell_error,
+    write_text,
 )
-from ..hub.card import kept_card, read_card
 from ..hub.hf_tokenizer import hf_tokenizer_json, hf_tokenizer_mismatch
 from . import LMConfig, ModelConfigError, RecurrentLM
 
@@ -139,7 +139,7 @@ class Pretrained:
 # =============================================================================================== saving
 def weights_for_saving(model: RecurrentLM, dtype: str = "float32") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and safetensors metadata :func:`save_pretrained` writes for ``model``
-    (:func:`~._folder.state_for_saving`: shared tensors stored once, float16 storage of the parameters;
+    (:func:`~dsf_lightning.hub.folder.state_for_saving`: shared tensors stored once, float16 storage of the parameters;
     ``decoder.weight`` recorded as tied to ``embedding.weight`` when ``tie_weights``)."""
     return state_for_saving(model, dtype, TIED if model.config.tie_weights else {})
 
@@ -172,7 +172,7 @@ def save_pretrained(
     dtype = dtype or pretrained.storage_dtype or "float32"
     eval_results, card_extra = kept_card(pretrained.card_data, eval_results, card_extra)
     tensors, metadata = weights_for_saving(pretrained.model, dtype)
-    normalize = _check_normalize(pretrained.normalize)
+    normalize = check_normalize(pretrained.normalize)
     snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info, normalize)
     hf_tokenizer = hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab, normalize)
 
@@ -190,9 +190,9 @@ def save_pretrained(
         **identity_records(pretrained.tokenizer, pretrained.vocab),
         **({"normalize": normalize} if normalize else {}),  # the text normalizer (absent: none)
     }
-    # _write_text is looked up here, at call time (tests replace it to fail or die mid-save)
+    # write_text is looked up here, at call time (tests replace it to fail or die mid-save)
     return save_folder(folder, snapshot, tensors, metadata, texts, config, eval_results=eval_results,
-                       card_extra=card_extra, write_text=_write_text)
+                       card_extra=card_extra, write_text=write_text)
 
 
 def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
@@ -206,7 +206,7 @@ def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
 
 # =============================================================================================== loading
 def _read_config(folder: Path) -> dict:
-    """config.json of a language-model folder: :func:`~._folder.read_config_header`, then the model
+    """config.json of a language-model folder: :func:`~dsf_lightning.hub.folder.read_config_header`, then the model
     configuration, its cell, and the checksum records of the files it needs."""
     path = folder / CONFIG_FILE
     config = read_config_header(folder, LANGUAGE_MODEL, READABLE_VERSIONS)
@@ -214,11 +214,11 @@ def _read_config(folder: Path) -> dict:
     try:
         config["model_config"] = LMConfig.from_dict(config["model"])
     except (ModelConfigError, TypeError, ValueError) as err:
-        raise _fail(path, f"the model configuration is invalid: {err}") from None
+        raise format_error(path, f"the model configuration is invalid: {err}") from None
     try:
         get_cell(config["model_config"].cell)
     except UnknownCellError:
-        raise _unknown_cell(path, config["model_config"].cell) from None
+        raise unknown_cell_error(path, config["model_config"].cell) from None
     config["tokenizer_file"] = tokenizer_file = DSF_TOKENIZER_FILE if version >= 2 else LEGACY_TOKENIZER_FILE
     required = (WEIGHTS_FILE, VOCAB_FILE, tokenizer_file)
     optional = OPTIONAL_CHECKSUMMED if version >= 2 else ()
@@ -237,27 +237,27 @@ def _check_identity(folder: Path, config: dict, tokenizer: Tokenizer, vocab: Voc
         fields = ("name", "fingerprint") if key == "tokenizer" else ("size", "fingerprint")
         if rec is not None and not (isinstance(rec, dict) and isinstance(rec.get("fingerprint"), str)
                                     and type(rec.get(fields[0])) is (str if key == "tokenizer" else int)):
-            raise _fail(config_path, f"{key!r} must record the {' and '.join(fields)} of the model's {key}")
+            raise format_error(config_path, f"{key!r} must record the {' and '.join(fields)} of the model's {key}")
     rec = records["tokenizer"]
     if rec is not None:
         if tokenizer.name != rec["name"]:
-            raise _fail(tok_path, f"holds a {tokenizer.name!r} tokenizer but {CONFIG_FILE} says the model was trained "
+            raise format_error(tok_path, f"holds a {tokenizer.name!r} tokenizer but {CONFIG_FILE} says the model was trained "
                         f"with a {rec['name']!r} tokenizer: the file was swapped")
         if fingerprint(tokenizer.to_dict()) != rec["fingerprint"]:
-            raise _fail(tok_path, f"is not the {rec['name']!r} tokenizer the model was trained with: its options or "
+            raise format_error(tok_path, f"is not the {rec['name']!r} tokenizer the model was trained with: its options or "
                         f"learned state differ from {CONFIG_FILE}'s fingerprint (the file was swapped or edited)")
     else:
         named = config["info"].get("tokenizer")
         if isinstance(named, str) and named != tokenizer.name:
-            raise _fail(tok_path, f"holds a {tokenizer.name!r} tokenizer but {CONFIG_FILE}'s info.tokenizer says the "
+            raise format_error(tok_path, f"holds a {tokenizer.name!r} tokenizer but {CONFIG_FILE}'s info.tokenizer says the "
                         f"model was trained with a {named!r} tokenizer: the file was swapped")
         made, sampled = _producible(tokenizer, vocab)
         if sampled and made * 2 < sampled:
-            raise _fail(tok_path, f"a {tokenizer.name!r} tokenizer produces only {made:,} of {sampled:,} sampled "
+            raise format_error(tok_path, f"a {tokenizer.name!r} tokenizer produces only {made:,} of {sampled:,} sampled "
                         f"symbols of {VOCAB_FILE}: it is not the tokenizer the model was trained with (swapped?)")
     rec = records["vocabulary"]
     if rec is not None and (len(vocab) != rec["size"] or fingerprint(vocab.to_dict()) != rec["fingerprint"]):
-        raise _fail(vocab_path, f"is not the vocabulary the model was trained with: its symbols (or their order) "
+        raise format_error(vocab_path, f"is not the vocabulary the model was trained with: its symbols (or their order) "
                     f"differ from {CONFIG_FILE}'s fingerprint (the file was swapped or edited)")
 
 
@@ -267,10 +267,10 @@ def _check_hf_tokenizer(path: Path, data: bytes, tok_path: Path, tokenizer: Toke
     try:
         document = loads_bounded(data.decode("utf-8"))
     except (UnicodeDecodeError, JSONLimitError) as err:
-        raise _fail(path, f"is not valid UTF-8 JSON ({err})") from None
+        raise format_error(path, f"is not valid UTF-8 JSON ({err})") from None
     problem = hf_tokenizer_mismatch(document, tokenizer, vocab, normalize if isinstance(normalize, str) else None)
     if problem is not None:
-        raise _fail(path, f"does not give the ids of {tok_path.name} and {VOCAB_FILE}: {problem} (the file was edited "
+        raise format_error(path, f"does not give the ids of {tok_path.name} and {VOCAB_FILE}: {problem} (the file was edited "
                     "or swapped)")
 
 
@@ -318,7 +318,7 @@ def _describe(config: LMConfig) -> str:
 
 def _check_sizes(folder: Path, config: dict, lm_config: LMConfig) -> None:
     """The sizes config.json gives against model.safetensors' header (read alone), before the model is built:
-    each size and the layer count bounded by the stored tensors (:func:`~._folder.check_config_sizes`), then
+    each size and the layer count bounded by the stored tensors (:func:`~dsf_lightning.hub.folder.check_config_sizes`), then
     the model's shapes on the meta device (nothing allocated) against every stored tensor."""
     path = folder / CONFIG_FILE
     header = read_weights_header(folder, config)
@@ -343,23 +343,23 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     lm_config: LMConfig = config["model_config"]
 
     vocab_path, tok_path, weights_path = folder / VOCAB_FILE, folder / config["tokenizer_file"], folder / WEIGHTS_FILE
-    vocab_bytes = _checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES)
+    vocab_bytes = checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES)
     try:
         vocab = Vocabulary.from_json(vocab_bytes.decode("utf-8"))
     except (VocabularyError, TokenizerError, UnicodeDecodeError) as err:
-        raise _fail(vocab_path, f"is not a valid vocabulary ({err})") from None
+        raise format_error(vocab_path, f"is not a valid vocabulary ({err})") from None
     except (KeyError, TypeError, AttributeError, ValueError) as err:  # should not happen: from_json checks its input
-        raise _fail(vocab_path, f"is not a valid vocabulary ({type(err).__name__}: {err})") from None
-    tok_bytes = _checked_bytes(folder, config["tokenizer_file"], config, MAX_JSON_BYTES)
+        raise format_error(vocab_path, f"is not a valid vocabulary ({type(err).__name__}: {err})") from None
+    tok_bytes = checked_bytes(folder, config["tokenizer_file"], config, MAX_JSON_BYTES)
     served = {}  # not read by this library, but served to tokenizers users: must be intact and give our ids
     for name in OPTIONAL_CHECKSUMMED if config["format_version"] >= 2 else ():
         if name in config["files"]:
-            served[name] = _checked_bytes(folder, name, config, MAX_JSON_BYTES)
+            served[name] = checked_bytes(folder, name, config, MAX_JSON_BYTES)
     tokenizer = parse_tokenizer(tok_path, tok_bytes)
     if len(vocab) != lm_config.vocab_size:
-        raise _fail(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
+        raise format_error(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
     if tokenizer.eos != vocab.eos:
-        raise _fail(tok_path, f"ends lines with {tokenizer.eos!r} but the vocabulary's end symbol is {vocab.eos!r}")
+        raise format_error(tok_path, f"ends lines with {tokenizer.eos!r} but the vocabulary's end symbol is {vocab.eos!r}")
     _check_identity(folder, config, tokenizer, vocab)
     if HF_TOKENIZER_FILE in served:
         _check_hf_tokenizer(folder / HF_TOKENIZER_FILE, served[HF_TOKENIZER_FILE], tok_path, tokenizer, vocab, config.get("normalize"))
@@ -369,14 +369,14 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     _check_sizes(folder, config, lm_config)
     model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
     tensors, meta, aliases = read_weights(folder, config, expected, _describe(lm_config))
-    tied = _json_metadata(meta, "tied_weights", weights_path)
+    tied = json_metadata(meta, "tied_weights", weights_path)
     if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
-        raise _fail(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
+        raise format_error(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
     load_state(model, match_state(tensors, aliases, expected, _describe(lm_config), str(weights_path)), dtype)
     info = config["info"]
     normalize = config.get("normalize")  # a name this installation may not know: the Scorer says so
     if normalize is not None and not (isinstance(normalize, str) and normalize.strip()):
-        raise _fail(folder / CONFIG_FILE, f"'normalize' must name a text normalizer (e.g. \"ptb\") or be absent, got {normalize!r:.80}")
+        raise format_error(folder / CONFIG_FILE, f"'normalize' must name a text normalizer (e.g. \"ptb\") or be absent, got {normalize!r:.80}")
     return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info, normalize=normalize,
                       storage_dtype=(config.get("weights") or {}).get("dtype"), card_data=read_card(folder))
 

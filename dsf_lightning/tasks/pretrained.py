@@ -30,7 +30,7 @@ review of the data set is cut and the card's accuracy holds for full reviews).
 
 Loading is as strict as for language models (checksums, the identity of the vocabulary and tokenizer, a
 weights file bounded by the architecture, every tensor present and shaped as the architecture implies); a
-language-model folder raises :class:`~._folder.WrongTaskError` naming its loaders, and the language-model
+language-model folder raises :class:`~dsf_lightning.hub.folder.WrongTaskError` naming its loaders, and the language-model
 loaders say the same of a classifier folder. :class:`dsf_lightning.classification.TextClassifier` classifies
 raw texts with a loaded folder.
 """
@@ -47,7 +47,8 @@ from typing import Any, ClassVar
 from .._json import JSONLimitError, loads_bounded
 from .._keep import KEEP
 from ..data.tokenizers import Tokenizer
-from ..hub._folder import (
+from ..hub.card import kept_card, read_card
+from ..hub.folder import (
     CONFIG_FILE,
     DSF_TOKENIZER_FILE,
     MAX_JSON_BYTES,
@@ -55,22 +56,21 @@ from ..hub._folder import (
     VOCAB_FILE,
     WEIGHTS_FILE,
     PretrainedFormatError,
-    _check_normalize,
-    _checked_bytes,
-    _fail,
-    _plain_json,
-    _unknown_cell,
     check_config_sizes,
     check_file_records,
     check_folder,
+    check_normalize,
     check_vocab_size,
     check_weights_header,
+    checked_bytes,
     config_header,
     fingerprint,
+    format_error,
     load_state,
     match_state,
     parse_tokenizer,
     plain_info,
+    plain_json,
     read_config_header,
     read_weights,
     read_weights_header,
@@ -78,8 +78,8 @@ from ..hub._folder import (
     save_folder,
     state_for_saving,
     tokenizer_record,
+    unknown_cell_error,
 )
-from ..hub.card import kept_card, read_card
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def architecture(model) -> dict:
         raise TypeError(f"{type(model).__name__} does not record {missing} in its hparams: not a SequenceClassifier")
     arch = {k: hparams[k] for k in ARCHITECTURE}
     arch["cell_options"] = dict(arch["cell_options"] or {})
-    return _plain_json(arch, "the classifier's architecture")
+    return plain_json(arch, "the classifier's architecture")
 
 
 def describe(arch: dict) -> str:
@@ -213,7 +213,7 @@ def save_classifier(
     if pretrained.keep not in KEEP:
         raise ValueError(f"PretrainedClassifier.keep must be one of {KEEP} (which symbols of a text longer than max_length "
                          f"are read), got {pretrained.keep!r:.80}")
-    normalize = _check_normalize(pretrained.normalize, "PretrainedClassifier.normalize")
+    normalize = check_normalize(pretrained.normalize, "PretrainedClassifier.normalize")
     tensors, metadata = state_for_saving(pretrained.model, dtype)
     snapshot = dataclasses.replace(pretrained, labels=labels, info=info, normalize=normalize)
 
@@ -241,16 +241,16 @@ def _read_vocab(path: Path, data: bytes):
     try:
         doc = loads_bounded(data.decode("utf-8"))
     except (UnicodeDecodeError, JSONLimitError) as err:
-        raise _fail(path, f"is not a valid vocabulary ({err})") from None
+        raise format_error(path, f"is not a valid vocabulary ({err})") from None
     ok = (isinstance(doc, dict) and isinstance(doc.get("alphabet"), list) and all(isinstance(s, str) for s in doc["alphabet"])
           and isinstance(doc.get("start_end_tokens"), bool) and isinstance(doc.get("unk"), bool))
     if not ok:
-        raise _fail(path, "is not a task vocabulary (needs 'alphabet': a list of symbols, 'start_end_tokens' and 'unk': "
+        raise format_error(path, "is not a task vocabulary (needs 'alphabet': a list of symbols, 'start_end_tokens' and 'unk': "
                     "true / false)")
     try:
         return Vocabulary(doc["alphabet"], doc["start_end_tokens"], doc["unk"])
     except ValueError as err:
-        raise _fail(path, f"is not a valid vocabulary ({err})") from None
+        raise format_error(path, f"is not a valid vocabulary ({err})") from None
 
 
 def _build(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | None = None):
@@ -262,7 +262,7 @@ def _build(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | 
     try:
         get_cell(arch["cell"])
     except UnknownCellError:
-        raise _unknown_cell(source, arch["cell"]) from None
+        raise unknown_cell_error(source, arch["cell"]) from None
     except TypeError:
         raise error(f"{source}: model.cell must be a cell name, got {arch['cell']!r:.80}") from None
     try:
@@ -276,7 +276,7 @@ def _build(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | 
 def _check_sizes(folder: Path, config: dict, arch: dict) -> None:
     """The sizes config.json gives against model.safetensors' header, before the classifier is built: each no
     larger than a stored dimension, then the shapes of the classifier built on the meta device (nothing
-    allocated) against every stored tensor (:func:`~._folder.check_weights_header`)."""
+    allocated) against every stored tensor (:func:`~dsf_lightning.hub.folder.check_weights_header`)."""
     import torch
 
     path = folder / CONFIG_FILE
@@ -294,7 +294,7 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
 
     Returns the classifier in eval mode on the CPU, float32 unless ``dtype`` (``torch.float16`` /
     ``torch.bfloat16`` or the names) asks otherwise (cast after the checked load). Raises
-    :class:`~._folder.PretrainedFormatError`; :class:`~._folder.WrongTaskError` for a language-model folder.
+    :class:`~dsf_lightning.hub.folder.PretrainedFormatError`; :class:`~dsf_lightning.hub.folder.WrongTaskError` for a language-model folder.
     """
     dtype = resolve_dtype(dtype)
     folder = check_folder(folder)
@@ -304,42 +304,42 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     arch = config["model"]
     missing, extra = [k for k in ARCHITECTURE if k not in arch], sorted(set(arch) - set(ARCHITECTURE))
     if missing or extra:
-        raise _fail(path, f"the classifier configuration 'model' lacks {missing} / has unknown {extra} (it holds exactly "
+        raise format_error(path, f"the classifier configuration 'model' lacks {missing} / has unknown {extra} (it holds exactly "
                     f"{', '.join(ARCHITECTURE)})")
     if arch["input_mode"] not in TEXT_INPUTS:
-        raise _fail(path, f"model.input_mode must be one of {TEXT_INPUTS} (a text classifier), got {arch['input_mode']!r:.80}")
+        raise format_error(path, f"model.input_mode must be one of {TEXT_INPUTS} (a text classifier), got {arch['input_mode']!r:.80}")
     labels = _check_labels(config.get("labels"), arch["num_classes"] if type(arch["num_classes"]) is int else -1)
     if labels is None:
-        raise _fail(path, f"'labels' must be {arch['num_classes']!r:.20} distinct non-empty one-line class names, got "
+        raise format_error(path, f"'labels' must be {arch['num_classes']!r:.20} distinct non-empty one-line class names, got "
                     f"{config.get('labels')!r:.120}")
     max_length = config.get("max_length")
     if not _check_max_length(max_length):
-        raise _fail(path, f"'max_length' must be a positive integer or null, got {max_length!r:.80}")
+        raise format_error(path, f"'max_length' must be a positive integer or null, got {max_length!r:.80}")
     keep = config.get("keep", "first")  # folders written before the field read the first symbols
     if keep not in KEEP:
-        raise _fail(path, f"'keep' must be one of {KEEP} (which symbols of a long text are read), got {keep!r:.80}")
+        raise format_error(path, f"'keep' must be one of {KEEP} (which symbols of a long text are read), got {keep!r:.80}")
     normalize = config.get("normalize")
     try:
-        normalize = _check_normalize(normalize, f"{path}: 'normalize'")
+        normalize = check_normalize(normalize, f"{path}: 'normalize'")
     except ValueError as err:
-        raise _fail(path, str(err).removeprefix(f"{path}: "), "upgrade dsf-lightning (pip install -U dsf-lightning) or "
+        raise format_error(path, str(err).removeprefix(f"{path}: "), "upgrade dsf-lightning (pip install -U dsf-lightning) or "
                     "register the normalizer (dsf_lightning.data.normalize.register_normalizer)") from None
 
-    vocab = _read_vocab(folder / VOCAB_FILE, _checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES))
+    vocab = _read_vocab(folder / VOCAB_FILE, checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES))
     tok_path = folder / DSF_TOKENIZER_FILE
-    tokenizer = parse_tokenizer(tok_path, _checked_bytes(folder, DSF_TOKENIZER_FILE, config, MAX_JSON_BYTES))
+    tokenizer = parse_tokenizer(tok_path, checked_bytes(folder, DSF_TOKENIZER_FILE, config, MAX_JSON_BYTES))
     tok_record, vocab_record = config.get("tokenizer"), config.get("vocabulary")
     if not (isinstance(tok_record, dict) and tok_record.get("fingerprint") == fingerprint(tokenizer.to_dict())
             and tok_record.get("name") == tokenizer.name):
-        raise _fail(tok_path, f"is not the tokenizer the classifier was trained with: its kind, options or state differ "
+        raise format_error(tok_path, f"is not the tokenizer the classifier was trained with: its kind, options or state differ "
                     f"from {CONFIG_FILE}'s 'tokenizer' record (the file was swapped or edited)")
     if tokenizer.eos is not None:
-        raise _fail(tok_path, f"ends texts with {tokenizer.eos!r}; a classifier's tokenizer has no end symbol")
+        raise format_error(tok_path, f"ends texts with {tokenizer.eos!r}; a classifier's tokenizer has no end symbol")
     if not (isinstance(vocab_record, dict) and vocab_record == vocabulary_record(vocab)):
-        raise _fail(folder / VOCAB_FILE, f"is not the vocabulary the model was trained with: its symbols (or their order) "
+        raise format_error(folder / VOCAB_FILE, f"is not the vocabulary the model was trained with: its symbols (or their order) "
                     f"differ from {CONFIG_FILE}'s 'vocabulary' record (the file was swapped or edited)")
     if len(vocab) != arch["vocab_size"]:
-        raise _fail(folder / VOCAB_FILE, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={arch['vocab_size']!r:.20}")
+        raise format_error(folder / VOCAB_FILE, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={arch['vocab_size']!r:.20}")
 
     _check_sizes(folder, config, arch)  # against the weights' header (read alone) before anything is allocated
     model, expected = _build(arch, path)

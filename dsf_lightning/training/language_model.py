@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from .._checks import check_bool
-from ..model import LMConfig, ModelConfigError, ModelState, RecurrentLM, count_parameters, detach_state
+from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
+from .config import CONFIG_KEY, TrainConfig, config_record
 from .optim import FusedClipping, build_optimizer, fused_allowed, with_schedule
 from .policy import TrainingPolicy, module_callbacks
 from .sampled_softmax import SampledLoss, decoder_parameters
@@ -70,19 +70,14 @@ def refine_carried_state(
         refined.append(tuple(new))
     return tuple(refined)
 
-def _check_finite_options(**options) -> None:
-    """Raise :class:`ModelConfigError` for an option that is not a finite number (a YAML ``.inf`` / ``.nan``
-    would train every weight into NaN) or below its minimum (0, unless given as ``(value, None)``)."""
-    for name, value in options.items():
-        value, low = value if isinstance(value, tuple) else (value, 0.0)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or (low is not None and value < low):
-            bound = "" if low is None else f" >= {low:g}"
-            raise ModelConfigError(f"{name} must be a finite number{bound}, got {value!r}")
-
-
 class LanguageModelModule(FusedClipping, L.LightningModule):
     """Train, validate and test a stacked recurrent LM on stream windows.
+
+    Built from two configs, :meth:`from_configs` (``model_config``: a :class:`~dsf_lightning.model.LMConfig`;
+    ``train_config``: a :class:`~dsf_lightning.training.config.TrainConfig`), or from their fields as keyword
+    arguments (the names of the recipes' ``model:`` keys and of ``dsf fit --model.*``). A checkpoint records both
+    (``dsf_config``, format 2) beside the flat ``hyper_parameters``; one written before is read through
+    :func:`~dsf_lightning.training.config.migrate_hparams`.
 
     Args:
         vocab_size: linked from the DataModule by the CLI.
@@ -203,6 +198,8 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         carry_state_after_step: int | None = None,
     ) -> None:
         super().__init__()
+        # the options are checked first (TrainConfig), before a pretrained model is loaded or a budget solved
+        train_config = TrainConfig.from_hparams(locals())  # the arguments that are its fields
         pretrained = None
         # what the model is built with where it is not the arguments: the pretrained architecture (init_from),
         # the hidden size that meets a parameter budget; recorded in hparams, which LMConfig.from_hparams reads
@@ -227,32 +224,10 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
                 tie_weights=tie_weights, cell_options=cell_options,
             )
             built["hidden_sizes"] = budget_sizes = [size] * layers
-        if not 0.0 < lr_decay_factor <= 1.0:
-            raise ValueError(f"lr_decay_factor must be in (0, 1], got {lr_decay_factor!r}")
-        if isinstance(l1_weight, bool) or not isinstance(l1_weight, (int, float)) or not l1_weight >= 0:
-            raise ValueError(f"l1_weight must be a number >= 0, got {l1_weight!r}")
-        check_bool("compile", compile)
-        check_bool("fused_loss", fused_loss)
-        if isinstance(state_reset_prob, bool) or not isinstance(state_reset_prob, (int, float)) \
-                or not 0.0 <= state_reset_prob < 1.0:
-            raise ValueError(f"state_reset_prob must be a probability in [0, 1) (0: off), got {state_reset_prob!r}")
-        if lr_decay_after_epoch is not None and lr_halving_patience is not None:
-            raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
-        if carry_state_after_step is not None:
-            if isinstance(carry_state_after_step, bool) or not isinstance(carry_state_after_step, int) \
-                    or carry_state_after_step < 1:
-                raise ValueError("carry_state_after_step must be a number of steps >= 1 (None: carry the "
-                                 f"window's last state), got {carry_state_after_step!r}")
-            if iterative_inference_step:
-                raise ValueError("carry_state_after_step and iterative_inference_step cannot be combined: "
-                                 "iterative inference refines the window's last state; set one of them")
-        _check_finite_options(lr=lr, momentum=momentum, weight_decay=weight_decay,
-                              iterative_inference_step=iterative_inference_step, sobolev_weight=sobolev_weight,
-                              **{f"param_group_lr[{k!r}]": v for k, v in (param_group_lr or {}).items()},
-                              **({} if isinstance(nce_log_z, str) else {"nce_log_z": (nce_log_z, None)}))
         self.save_hyperparameters()
         self.hparams.update(built)  # under LightningCLI the hparams are the arguments as given
-        self.config = LMConfig.from_hparams(self.hparams)
+        self.config = LMConfig.from_hparams(self.hparams)  # the model as built (see model_config)
+        self.train_config = train_config
         self.model = RecurrentLM(self.config)
         self.budget_hidden_sizes = budget_sizes
         if budget_sizes is not None:
@@ -273,7 +248,21 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         self._warned_state = False  # the carried-state warning of on_validation_epoch_end is said once
         self._validated_at_step: int | None = None  # global step of the last validation while fitting
 
+    @classmethod
+    def from_configs(cls, model_config: LMConfig, train_config: TrainConfig | None = None) -> LanguageModelModule:
+        """The module of a model config and a training config (default: :class:`TrainConfig`'s defaults), e.g.
+        those of :func:`~dsf_lightning.training.config.checkpoint_configs`; the same as passing their fields as
+        keyword arguments (with ``init_from``, the model config's architecture is given explicitly)."""
+        train_config = TrainConfig() if train_config is None else train_config
+        return cls(**model_config.to_dict(), **train_config.to_dict())
+
     # -- helpers -------------------------------------------------------------------------------
+    @property
+    def model_config(self) -> LMConfig:
+        """The model as built: the arguments, with the pretrained architecture (``init_from``) and the hidden
+        size of a ``parameter_budget`` resolved."""
+        return self.config
+
     @property
     def num_parameters(self) -> int:
         return count_parameters(self.model)
@@ -310,12 +299,12 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
 
     def _seed_window(self, index: int) -> None:
         rank = self.trainer.global_rank if self._trainer is not None else 0
-        torch.manual_seed((self.hparams.seed * 1_000_003 + self.current_epoch * 100_003 + index * 97 + rank) % 2**63)
+        torch.manual_seed((self.train_config.seed * 1_000_003 + self.current_epoch * 100_003 + index * 97 + rank) % 2**63)
 
     def _compiled(self, fn):
         """``fn`` (the model or one of its methods) through ``torch.compile`` when the ``compile`` option is
         on, compiled once and kept (outside the module's state: nothing of it reaches a checkpoint)."""
-        if not self.hparams.get("compile", False):  # .get: checkpoints written before the option existed
+        if not self.train_config.compile:
             return fn
         cache = self.__dict__.setdefault("_compiled_fns", {})
         key = getattr(fn, "__name__", type(fn).__name__)
@@ -337,8 +326,8 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
 
     def _fused_loss_applies(self, y: Tensor) -> bool:
         """Whether the training loss takes ``linear_cross_entropy`` (the ``fused_loss`` option)."""
-        return (bool(self.hparams.get("fused_loss", False))  # .get: checkpoints written before the option existed
-                and not self.hparams.get("compile", False)
+        return (self.train_config.fused_loss
+                and not self.train_config.compile
                 and isinstance(weight := decoder_parameters(self.model)[0], Tensor)
                 and weight.shape[-1] == y.shape[-1]
                 and y.dtype in (torch.float32, torch.float64)
@@ -361,13 +350,13 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         """Unigram noise for the sampled loss: add-one counts of the training split. (The glibc allocator
         tuning, :func:`~dsf_lightning.training.allocator.keep_freed_memory`, is ``dsf fit``'s choice, not the
         module's: it changes the whole process.)"""
-        hp = self.hparams
+        hp = self.train_config
         if self.budget_hidden_sizes is not None and self.logger is not None:
             self.logger.log_hyperparams({"budget_hidden_sizes": self.budget_hidden_sizes,
                                          "num_parameters": self.num_parameters})
         if stage == "fit" and self.sampled_loss is not None and hp.sampled_loss_noise == "unigram":
             train = self.trainer.datamodule.corpus.splits["train"]
-            counts = torch.bincount(train, minlength=hp.vocab_size).float() + 1
+            counts = torch.bincount(train, minlength=self.config.vocab_size).float() + 1
             self.sampled_loss = SampledLoss(hp.sampled_loss, hp.sampled_loss_samples, counts, log_z=hp.nce_log_z)
 
     def _features_to_carry(self, inputs: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
@@ -375,7 +364,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         one after ``carry_state_after_step`` steps (the window then runs as two chunks, which continue the
         state exactly)."""
         features = self._compiled(self.model.features)
-        k = self.hparams.get("carry_state_after_step")  # .get: checkpoints written before the option existed
+        k = self.train_config.carry_state_after_step
         if k is None or k >= inputs.shape[1]:
             return features(inputs, state)
         y_head, carry = features(inputs[:, :k], state)
@@ -385,7 +374,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
     def _training_loss(self, inputs: Tensor, targets: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
         """Mean NLL per target token (full softmax, or the sampled objective) plus the Sobolev term, and the
         state the next window starts from."""
-        hp = self.hparams
+        hp = self.train_config
         y, next_state = self._features_to_carry(inputs, state)
         if self.sampled_loss is not None:
             weight, bias = decoder_parameters(self.model)
@@ -396,7 +385,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             penalty = sobolev_penalty(self.model, inputs, state, layers=hp.sobolev_layers)
             self.log("train_sobolev", penalty, on_step=True, on_epoch=False)
             loss = loss + hp.sobolev_weight * penalty.float()
-        if hp.get("l1_weight", 0.0) > 0:  # .get: checkpoints written before the option existed
+        if hp.l1_weight > 0:
             penalty = l1_penalty(self.model)
             self.log("train_l1", penalty, on_step=True, on_epoch=False)
             loss = loss + hp.l1_weight * penalty
@@ -409,7 +398,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         state = self._reset_some_streams(self._state_for("train", index, inputs.shape[0]))
         loss, final_state = self._training_loss(inputs, targets, state)
         self._carried["train"] = self._to_carry(final_state)
-        if self.hparams.iterative_inference_step > 0 and torch.is_grad_enabled():
+        if self.train_config.iterative_inference_step > 0 and torch.is_grad_enabled():
             for layer in final_state:
                 for s in layer:
                     if s.requires_grad:
@@ -426,7 +415,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
     def _reset_some_streams(self, state: ModelState) -> ModelState:
         """``state_reset_prob``: each stream's carried state replaced by zeros with that probability (drawn
         after :meth:`_seed_window`, so a resumed run draws the same streams)."""
-        p = self.hparams.get("state_reset_prob", 0.0)  # .get: checkpoints written before the option existed
+        p = self.train_config.state_reset_prob
         if not p:
             return state
         first = state[0][0]
@@ -437,7 +426,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         """DSF sec 2.5: one step of iterative inference on the carried state along dL/dh_T."""
         if self._final_state is None:
             return
-        step = self.hparams.iterative_inference_step
+        step = self.train_config.iterative_inference_step
         scaler = getattr(self.trainer.precision_plugin, "scaler", None)
         scale = float(scaler.get_scale()) if scaler is not None else 1.0
         # back-propagated: mean NLL per token / accumulate_grad_batches * AMP scale; wanted: the summed NLL
@@ -523,7 +512,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
     def _warn_if_it_needs_its_carried_state(self, val_loss: float, train_loss) -> None:
         """Validation worse than a uniform guess while training is far better: the sign of a model that
         reads text only from its carried training state (validation starts from zeros); said once."""
-        uniform = math.log(self.hparams.vocab_size)
+        uniform = math.log(self.config.vocab_size)
         if train_loss is None or self._warned_state:
             return
         if val_loss > uniform and float(train_loss) < 0.75 * uniform:
@@ -545,7 +534,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
 
     # -- optimization --------------------------------------------------------------------------
     def configure_optimizers(self):
-        hp = self.hparams
+        hp = self.train_config
         named = list(self.named_parameters())  # the model, and a learned NCE normalizer if any
         groups, claimed = [], set()
         for key, lr in (hp.param_group_lr or {}).items():
@@ -564,12 +553,12 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
                                         weight_decay=hp.weight_decay, choices=("adam", "sgd"),
                                         fused=fused_allowed(self._trainer))
         scheduler = None
-        if hp.get("lr_decay_after_epoch") is not None:
+        if hp.lr_decay_after_epoch is not None:
             start, factor = hp.lr_decay_after_epoch, hp.lr_decay_factor
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: factor ** max(epoch + 1 - start, 0))
         elif hp.lr_halving_patience is not None:  # stepped by this module after every validation
             scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                optimizer, mode="min", factor=hp.get("lr_decay_factor", 0.5), patience=hp.lr_halving_patience
+                optimizer, mode="min", factor=hp.lr_decay_factor, patience=hp.lr_halving_patience
             )
         return with_schedule(optimizer, scheduler)
 
@@ -616,6 +605,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         return loaders[0] if len(loaders) == 1 and hasattr(loaders[0], "trained") else None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CONFIG_KEY] = config_record(self.config, self.train_config)  # beside the flat hyper_parameters
         loader = self._train_loader()
         if loader is not None and self.trainer.state.fn == "fit":
             # where the run is (training/resume.py): Lightning's counters cannot tell a finished epoch, or

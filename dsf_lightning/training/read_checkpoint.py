@@ -17,9 +17,10 @@ import torch
 
 from ..data.tokenizers import get_tokenizer
 from ..data.vocab import Vocabulary
-from ..hub._folder import CheckpointError, _check_normalize, _jsonable, _plain_json, load_state, match_state
-from ..model import LMConfig, ModelConfigError
+from ..hub.folder import CheckpointError, check_normalize, jsonable, load_state, match_state, plain_json
+from ..model import LMConfig
 from ..model.pretrained import Pretrained, _describe, _expected_state
+from .config import TrainConfig, checkpoint_configs
 
 logger = logging.getLogger(__name__)
 
@@ -154,20 +155,23 @@ def is_classifier_checkpoint(ckpt: dict) -> bool:
     return sequence_module_name(ckpt) is not None
 
 
-def _config_from_hparams(hparams: dict, path: Path) -> LMConfig:
+def _configs(ckpt: dict, path: Path) -> tuple[LMConfig, TrainConfig]:
+    """The model and training configs of a ``LanguageModelModule`` checkpoint (:func:`~.config.checkpoint_configs`:
+    its ``dsf_config``, else its migrated ``hyper_parameters``), or a :class:`CheckpointError` naming the fault."""
+    hparams = ckpt["hyper_parameters"]
     if not isinstance(hparams, dict):
         raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
     if "vocab_size" not in hparams:
         raise CheckpointError(f"{path}: hyper_parameters has no vocab_size: not a LanguageModelModule checkpoint")
     try:
-        return LMConfig.from_hparams(hparams)
-    except (ModelConfigError, TypeError) as err:
+        return checkpoint_configs(ckpt)
+    except (ValueError, TypeError, KeyError) as err:  # ModelConfigError is a ValueError
         raise CheckpointError(f"{path}: hyper_parameters do not make a valid model: {err}") from None
 
 
 def _cli_data_config(path: Path) -> dict:
     """The ``data`` section of the LightningCLI ``config.yaml`` of the run that wrote checkpoint ``path``
-    (:func:`~._folder.cli_configs`: beside it, one or two levels up, or in its logger's version folder)."""
+    (:func:`~dsf_lightning.training.read_checkpoint.cli_configs`: beside it, one or two levels up, or in its logger's version folder)."""
     for candidate in cli_configs(path):
         data = read_cli_config(candidate) or {}
         section = data.get("data")
@@ -268,7 +272,7 @@ def pretrained_from_checkpoint(
             f"{path}: holds a SequenceClassifier (a text classifier), not a LanguageModelModule: export it with "
             "`dsf export` (which tells the kinds apart) or dsf_lightning.tasks.pretrained.export_classifier_checkpoint"
         )
-    config = _config_from_hparams(ckpt["hyper_parameters"], path)
+    config, train_config = _configs(ckpt, path)
     state_dict, which_weights = checkpoint_weights(ckpt, path, weights)
     state = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
     if not state:
@@ -317,11 +321,10 @@ def pretrained_from_checkpoint(
             f"(options {options}) gives {len(vocab):,} symbols: wrong corpus or corpus options"
         )
     tokenizer = getattr(corpus_obj, "tokenizer", None) or get_tokenizer(corpus_obj.tokenizer_name)
-    fields = {f.name for f in dataclasses.fields(LMConfig)}
-    training = {k: v for k, v in ckpt["hyper_parameters"].items() if k not in fields and not k.startswith("_")}
+    training = train_config.to_dict()
     recorded = {
         "corpus": corpus_obj.name,
-        "corpus_options": _jsonable({k: v for k, v in options.items() if k != "path"}),
+        "corpus_options": jsonable({k: v for k, v in options.items() if k != "path"}),
         "tokenizer": tokenizer.name,
         "checkpoint": {
             "file": path.name,
@@ -329,7 +332,7 @@ def pretrained_from_checkpoint(
             "global_step": ckpt.get("global_step"),
             "lightning_version": ckpt.get("pytorch-lightning_version"),
         },
-        "training": _jsonable(training),
+        "training": jsonable(training),
     }
     if which_weights is not None:
         recorded["checkpoint"]["weights"] = which_weights
@@ -340,5 +343,5 @@ def pretrained_from_checkpoint(
     asked = settings.get("normalize")
     if asked is None and reader is not None:
         asked = reader.normalize
-    normalize = _check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
-    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=_plain_json(recorded, "info"), normalize=normalize)
+    normalize = check_normalize(asked) if asked is not None else normalizer_for_corpus(corpus_obj.name)
+    return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=plain_json(recorded, "info"), normalize=normalize)

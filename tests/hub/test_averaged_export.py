@@ -8,7 +8,7 @@ import torch
 
 from dsf_lightning.cli import main
 from dsf_lightning.export.language_model import export_checkpoint
-from dsf_lightning.hub._folder import CheckpointError
+from dsf_lightning.hub import CheckpointError
 from dsf_lightning.model.pretrained import load_pretrained
 from dsf_lightning.training import LanguageModelModule
 from dsf_lightning.training.callbacks import PolyakAveraging

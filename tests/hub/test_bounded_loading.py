@@ -18,7 +18,7 @@ import pytest
 
 from dsf_lightning.data.tokenizers import SubwordTokenizer, get_tokenizer
 from dsf_lightning.data.vocab import Vocabulary
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 
 from .conftest import edit_config, rehash, tiny_pretrained

@@ -9,7 +9,7 @@ import torch
 from dsf_lightning.cli.hub import add_export_parser
 from dsf_lightning.data.corpora import load_corpus
 from dsf_lightning.export.language_model import export_checkpoint, pretrained_from_checkpoint
-from dsf_lightning.hub._folder import CheckpointError
+from dsf_lightning.hub import CheckpointError
 from dsf_lightning.model.pretrained import load_pretrained
 
 from .conftest import Boom, fit_tiny_lm, logits_of

@@ -226,7 +226,7 @@ def test_language_model_options_are_refused_for_a_classifier(trained, tmp_path, 
     assert main(["export", str(trained["ckpt"]), str(tmp_path / "w.onnx"), "--format", "onnx"]) == 2
     assert "exports language models only" in capsys.readouterr().err
     from dsf_lightning.export.language_model import pretrained_from_checkpoint
-    from dsf_lightning.hub._folder import CheckpointError
+    from dsf_lightning.hub import CheckpointError
 
     with pytest.raises(CheckpointError, match="holds a SequenceClassifier.*dsf export"):
         pretrained_from_checkpoint(trained["ckpt"])  # the language-model export's own function says so too

@@ -13,7 +13,7 @@ import torch
 import dsf_lightning as dsf
 from dsf_lightning import RecurrentLM
 from dsf_lightning.auto import load
-from dsf_lightning.hub._folder import PretrainedFormatError, WrongTaskError
+from dsf_lightning.hub import PretrainedFormatError, WrongTaskError
 from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 from dsf_lightning.tasks import SequenceClassifier
 from dsf_lightning.tasks.pretrained import load_classifier, save_classifier

@@ -132,7 +132,7 @@ def test_a_folder_without_the_keep_field_reads_the_first_symbols(tmp_path, pretr
     import dataclasses
     import json
 
-    from dsf_lightning.hub._folder import PretrainedFormatError
+    from dsf_lightning.hub import PretrainedFormatError
     from dsf_lightning.tasks.pretrained import load_classifier
 
     folder = save_classifier(dataclasses.replace(pretrained, max_length=4), tmp_path / "old")

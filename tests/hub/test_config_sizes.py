@@ -25,7 +25,7 @@ from .conftest import edit_config, tiny_pretrained
 LOAD = """
 import json, resource, sys, time
 import torch
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from importlib import import_module
 load = getattr(import_module(sys.argv[2]), sys.argv[3])
 torch.zeros(1000, 1000).sum()  # the allocator warmed up: its first pages are not the load's

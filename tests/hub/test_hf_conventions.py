@@ -10,7 +10,7 @@ import tokenizers
 
 import dsf_lightning
 from dsf_lightning.data.normalize import get_normalizer
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from dsf_lightning.hub.hf_tokenizer import hf_tokenizer_json
 from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 from dsf_lightning.scoring import Scorer

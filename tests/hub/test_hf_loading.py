@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import dsf_lightning as dsf
 from dsf_lightning import RecurrentLM
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from dsf_lightning.model.pretrained import save_pretrained
 
 from .conftest import client_env, client_results, logits_of, tiny_pretrained

@@ -16,7 +16,7 @@ tokenizers = pytest.importorskip("tokenizers")
 import dsf_lightning  # noqa: E402
 from dsf_lightning.data.tokenizers import get_tokenizer  # noqa: E402
 from dsf_lightning.data.vocab import Vocabulary  # noqa: E402
-from dsf_lightning.hub._folder import PretrainedFormatError  # noqa: E402
+from dsf_lightning.hub import PretrainedFormatError  # noqa: E402
 from dsf_lightning.model.pretrained import load_pretrained, save_pretrained  # noqa: E402
 
 from .conftest import logits_of, rehash, tiny_pretrained  # noqa: E402

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 
 from .conftest import ROOT, client_env, edit_config, rehash, tiny_pretrained

@@ -8,7 +8,7 @@ import struct
 import pytest
 import torch
 
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from dsf_lightning.hub._safetensors import serialize
 from dsf_lightning.model.pretrained import load_pretrained
 

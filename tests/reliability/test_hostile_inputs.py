@@ -277,7 +277,7 @@ def test_tokenizer_from_json_reproducers(doc):
 
 
 def test_a_tokenizer_json_with_wrong_types_in_a_hub_folder_is_a_format_error(tmp_path):
-    from dsf_lightning.hub._folder import PretrainedFormatError
+    from dsf_lightning.hub import PretrainedFormatError
     from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
     from tests.hub.conftest import rehash
 

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsf_lightning.hub._folder import PretrainedFormatError
+from dsf_lightning.hub import PretrainedFormatError
 from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 from tests.hub.conftest import rehash
 

@@ -22,7 +22,7 @@ import torch
 
 from dsf_lightning.cli import main
 from dsf_lightning.export.language_model import pretrained_from_checkpoint
-from dsf_lightning.hub._folder import CheckpointError
+from dsf_lightning.hub import CheckpointError
 from dsf_lightning.training.checkpoint_io import AtomicCheckpointIO, CheckpointLoadError
 from dsf_lightning.training.recipe_guard import ALLOWED_PHRASE
 from tests.training.conftest import make_toy_corpus, quiet_trainer, toy_modules

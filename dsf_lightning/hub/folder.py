@@ -81,12 +81,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_text(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
 
 
-def _plain_json(value: Any, what: str) -> Any:
+def plain_json(value: Any, what: str) -> Any:
     """A deep copy of ``value`` through strict JSON (no NaN, no objects), or a ValueError naming it."""
     try:
         return json.loads(json.dumps(value, allow_nan=False))
@@ -107,7 +107,7 @@ def tokenizer_record(tokenizer) -> dict:
     return {"name": tokenizer.name, "fingerprint": fingerprint(tokenizer.to_dict())}
 
 
-def _check_normalize(name, what: str = "Pretrained.normalize") -> str | None:
+def check_normalize(name, what: str = "Pretrained.normalize") -> str | None:
     """A normalizer name to record (None for ``"none"`` or None); an unknown one is a ValueError."""
     from ..data.normalize import NormalizerError, get_normalizer
 
@@ -131,21 +131,21 @@ CELL_FIX = ("install the package that provides that cell (entry point group 'dsf
             "dsf-lightning (pip install -U dsf-lightning), or correct the cell name")
 
 
-def _unknown_cell(source: Path, name: object) -> PretrainedFormatError:
+def unknown_cell_error(source: Path, name: object) -> PretrainedFormatError:
     from ..cells import list_cells
 
-    return _fail(source, f"model.cell {name!r} is not a cell this installation knows (known cells: {', '.join(list_cells())})",
+    return format_error(source, f"model.cell {name!r} is not a cell this installation knows (known cells: {', '.join(list_cells())})",
                  CELL_FIX)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """``value`` as plain JSON: objects with ``to_dict()`` (tokenizers) as their dict, others as their str."""
     if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
         return value.to_dict()
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
         return value
     return str(value)
@@ -217,8 +217,8 @@ def round_to_storage(model: torch.nn.Module, dtype: str) -> None:
 
 
 def plain_info(info: Any, what: str) -> dict:
-    """``info`` (None: ``{}``) as a plain-JSON dict (:func:`_plain_json`), or a ValueError naming ``what``."""
-    info = _plain_json(info if info is not None else {}, what)
+    """``info`` (None: ``{}``) as a plain-JSON dict (:func:`plain_json`), or a ValueError naming ``what``."""
+    info = plain_json(info if info is not None else {}, what)
     if not isinstance(info, dict):
         raise ValueError(f"{what} must be a dict, got {type(info).__name__}")
     return info
@@ -257,7 +257,7 @@ def write_folder(
     config: dict,
     card_for: Callable[[dict[str, int]], str],
     *,
-    write_text: Callable[[Path, str], None] = _write_text,
+    write_text: Callable[[Path, str], None] = write_text,
 ) -> Path:
     """Write a model folder atomically (:mod:`._atomic`): ``model.safetensors``, the ``texts`` files, then
     ``config.json`` (``config`` with ``files``: every file above with its sha256 and size; a ``files`` key
@@ -290,7 +290,7 @@ def save_folder(
     *,
     eval_results: list[dict] | None = None,
     card_extra: dict | None = None,
-    write_text: Callable[[Path, str], None] = _write_text,
+    write_text: Callable[[Path, str], None] = write_text,
 ) -> Path:
     """:func:`write_folder` with ``snapshot``'s model card (:func:`~.card.build_model_card`, ``eval_results``
     checked and ``card_extra`` applied). The card is built once before the disk is touched, so bad
@@ -309,28 +309,28 @@ def save_folder(
 
 
 # =============================================================================================== loading
-def _fail(path: Path, problem: str, fix: str = REDO) -> PretrainedFormatError:
+def format_error(path: Path, problem: str, fix: str = REDO) -> PretrainedFormatError:
     return PretrainedFormatError(f"{path}: {problem}; {fix}")
 
 
 def _read_bytes(path: Path, limit: int | None = None) -> bytes:
     if not path.is_file():
-        raise _fail(path, "missing file" if not path.exists() else "not a regular file",
+        raise format_error(path, "missing file" if not path.exists() else "not a regular file",
                     f"a dsf-lightning model folder holds {CONFIG_FILE}, {WEIGHTS_FILE}, {VOCAB_FILE} and {DSF_TOKENIZER_FILE}; {REDO}")
     size = path.stat().st_size
     if limit is not None and size > limit:
-        raise _fail(path, f"{size:,} bytes is far larger than such a file can be (limit {limit:,})")
+        raise format_error(path, f"{size:,} bytes is far larger than such a file can be (limit {limit:,})")
     try:
         with open(path, "rb") as f:  # never more than the limit, even if the file grows meanwhile
             data = f.read() if limit is None else f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
     except OSError as err:
-        raise _fail(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
+        raise format_error(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
     if limit is not None and len(data) > limit:
-        raise _fail(path, f"grew past {limit:,} bytes while it was being read")
+        raise format_error(path, f"grew past {limit:,} bytes while it was being read")
     return data
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     """A JSON file, bounded (depth, integer sizes, no NaN: :func:`loads_bounded`); errors name the file
     and the place in it (e.g. ``model.vocab_size``), never a RecursionError."""
     data = _read_bytes(path, MAX_JSON_BYTES)
@@ -338,19 +338,19 @@ def _read_json(path: Path) -> Any:
         return loads_bounded(data.decode("utf-8"))
     except (UnicodeDecodeError, JSONLimitError) as err:
         if _safetensors._sniff_pickle(data):
-            raise _fail(path, "is a binary pickle / zip file, not JSON (refused: nothing was unpickled)") from None
+            raise format_error(path, "is a binary pickle / zip file, not JSON (refused: nothing was unpickled)") from None
         if isinstance(err, JSONLimitError):
-            raise _fail(path, str(err).removeprefix("it ")) from None
-        raise _fail(path, f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
+            raise format_error(path, str(err).removeprefix("it ")) from None
+        raise format_error(path, f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def _read_format_config(path: Path) -> dict:
     """config.json at ``path`` (bounded): a JSON object of this library's format, else an error saying so."""
-    config = _read_json(path)
+    config = read_json(path)
     if not isinstance(config, dict):
-        raise _fail(path, f"holds a JSON {type(config).__name__}, not an object")
+        raise format_error(path, f"holds a JSON {type(config).__name__}, not an object")
     if config.get("format") != FORMAT:
-        raise _fail(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
+        raise format_error(path, f"format is {config.get('format')!r}, not {FORMAT!r}: this is not a dsf-lightning model folder",
                     "load it with the library that wrote it")
     return config
 
@@ -363,15 +363,15 @@ def parse_tokenizer(path: Path, data: bytes):
     try:
         return tokenizer_from_json(data.decode("utf-8"))
     except (TokenizerError, VocabularyError, UnicodeDecodeError) as err:
-        raise _fail(path, f"is not a valid tokenizer ({err})") from None
+        raise format_error(path, f"is not a valid tokenizer ({err})") from None
     except (KeyError, TypeError, AttributeError, ValueError) as err:  # e.g. a user-registered tokenizer's own checks
-        raise _fail(path, f"is not a valid tokenizer ({type(err).__name__}: {err})") from None
+        raise format_error(path, f"is not a valid tokenizer ({type(err).__name__}: {err})") from None
 
 
 def _task_of(config: dict, path: Path) -> str:
     task = config.get("task", LANGUAGE_MODEL)  # folders written before the field held language models
     if task not in TASKS:
-        raise _fail(path, f"task {task!r:.80} is not a kind of model this installation reads (known: {', '.join(TASKS)})",
+        raise format_error(path, f"task {task!r:.80} is not a kind of model this installation reads (known: {', '.join(TASKS)})",
                     "upgrade dsf-lightning (pip install -U dsf-lightning) or load it with the library that wrote it")
     return task
 
@@ -393,21 +393,21 @@ def read_config_header(folder: Path, task: str, readable_versions: Iterable[int]
     version = config.get("format_version")
     readable = tuple(readable_versions)
     if type(version) is not int:
-        raise _fail(path, f"format_version must be an integer, got {version!r}")
+        raise format_error(path, f"format_version must be an integer, got {version!r}")
     if version not in readable:
         written = config.get("library_version", "an unknown version")
         if version > FORMAT_VERSION:
-            raise _fail(path, f"format_version {version} is newer than this dsf-lightning {__version__} reads "
+            raise format_error(path, f"format_version {version} is newer than this dsf-lightning {__version__} reads "
                         f"(version {FORMAT_VERSION}); it was written by dsf-lightning {written}",
                         "upgrade: pip install -U dsf-lightning")
-        raise _fail(path, f"format_version {version} is no longer supported (this library reads {readable})",
+        raise format_error(path, f"format_version {version} is no longer supported (this library reads {readable})",
                     f"load it with dsf-lightning {written} and save it again with this version")
     for key in ("model", "info", "weights", "files"):
         if not isinstance(config.get(key), dict):
-            raise _fail(path, f"{key!r} is missing or not a JSON object")
+            raise format_error(path, f"{key!r} is missing or not a JSON object")
     dtype = config["weights"].get("dtype")
     if dtype not in STORAGE_DTYPES:
-        raise _fail(path, f"weights.dtype is {dtype!r}, not one of {sorted(STORAGE_DTYPES)}")
+        raise format_error(path, f"weights.dtype is {dtype!r}, not one of {sorted(STORAGE_DTYPES)}")
     return config
 
 
@@ -423,19 +423,19 @@ def check_file_records(path: Path, config: dict, names: Iterable[str]) -> None:
     for name in names:
         record = config["files"].get(name)
         if not (isinstance(record, dict) and isinstance(record.get("sha256"), str) and type(record.get("size")) is int):
-            raise _fail(path, f"files[{name!r}] must record the file's sha256 and size")
+            raise format_error(path, f"files[{name!r}] must record the file's sha256 and size")
 
 
-def _checked_bytes(folder: Path, name: str, config: dict, limit: int | None = None) -> bytes:
+def checked_bytes(folder: Path, name: str, config: dict, limit: int | None = None) -> bytes:
     path = folder / name
     data = _read_bytes(path, limit)
     record = config["files"][name]
     if len(data) != record["size"]:
         hint = " (truncated: an interrupted download or copy?)" if len(data) < record["size"] else ""
-        raise _fail(path, f"has {len(data):,} bytes but {CONFIG_FILE} records {record['size']:,}{hint}")
+        raise format_error(path, f"has {len(data):,} bytes but {CONFIG_FILE} records {record['size']:,}{hint}")
     digest = hashlib.sha256(data).hexdigest()
     if digest != record["sha256"]:
-        raise _fail(path, f"sha256 {digest[:16]}... does not match {CONFIG_FILE}'s {record['sha256'][:16]}...: "
+        raise format_error(path, f"sha256 {digest[:16]}... does not match {CONFIG_FILE}'s {record['sha256'][:16]}...: "
                     "the file is corrupted or was replaced")
     return data
 
@@ -446,7 +446,7 @@ def _check_recorded_size(path: Path, config: dict) -> int:
     recorded = config["files"][WEIGHTS_FILE]["size"]
     if size != recorded:
         hint = " (truncated: an interrupted download or copy?)" if size < recorded else ""
-        raise _fail(path, f"has {size:,} bytes but {CONFIG_FILE} records {recorded:,}{hint}")
+        raise format_error(path, f"has {size:,} bytes but {CONFIG_FILE} records {recorded:,}{hint}")
     return size
 
 
@@ -461,9 +461,9 @@ def read_weights_header(folder: Path, config: dict) -> tuple[dict, dict[str, str
     try:
         return _safetensors.read_header(path)
     except _safetensors.SafetensorsFormatError as err:
-        raise _fail(path, f"is not a valid safetensors file: {err}") from None
+        raise format_error(path, f"is not a valid safetensors file: {err}") from None
     except OSError as err:
-        raise _fail(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
+        raise format_error(path, f"cannot be read ({err.strerror or err})", "check its permissions") from None
 
 
 def check_config_sizes(path: Path, entries: dict, sizes: dict[str, int], layers: tuple[str, int]) -> None:
@@ -473,15 +473,15 @@ def check_config_sizes(path: Path, entries: dict, sizes: dict[str, int], layers:
     no size (``sizes``: field -> value) beyond the largest dimension of any stored tensor (every size is one)."""
     field, count = layers
     if count > MAX_LAYERS:
-        raise _fail(path, f"{field} lists {count:,} layers, more than the {MAX_LAYERS:,} a model folder may hold",
+        raise format_error(path, f"{field} lists {count:,} layers, more than the {MAX_LAYERS:,} a model folder may hold",
                     f"the file was tampered with or is corrupted; {REDO}")
     if count > len(entries):
-        raise _fail(path, f"{field} lists {count:,} layers but {WEIGHTS_FILE} holds only {len(entries):,} tensors: "
+        raise format_error(path, f"{field} lists {count:,} layers but {WEIGHTS_FILE} holds only {len(entries):,} tensors: "
                     "they do not belong together")
     largest = max((d for entry in entries.values() for d in entry["shape"]), default=0)
     for name, size in sizes.items():
         if size > largest:
-            raise _fail(path, f"{name}={size:,} but no tensor of {WEIGHTS_FILE} has a dimension that large (the "
+            raise format_error(path, f"{name}={size:,} but no tensor of {WEIGHTS_FILE} has a dimension that large (the "
                         f"largest is {largest:,}): they do not belong together (tampered?)")
 
 
@@ -494,7 +494,7 @@ def check_weights_header(folder: Path, config: dict, header: tuple[dict, dict[st
     path = folder / WEIGHTS_FILE
     weights_bound(folder, config, expected, described)
     entries, metadata = header
-    aliases = _json_metadata(metadata, "aliases", path)
+    aliases = json_metadata(metadata, "aliases", path)
     match_state(_safetensors.meta_tensors(entries), aliases, expected, described, str(path))
 
 
@@ -508,7 +508,7 @@ def weights_bound(folder: Path, config: dict, expected: dict[str, torch.Tensor],
     if path.is_file():
         size = _check_recorded_size(path, config)
         if size > bound:
-            raise _fail(path, f"has {size:,} bytes, but the model {CONFIG_FILE} describes ({described}) "
+            raise format_error(path, f"has {size:,} bytes, but the model {CONFIG_FILE} describes ({described}) "
                         f"stores at most {bound:,}: these are not its weights (forged or corrupted)")
     return bound
 
@@ -518,16 +518,16 @@ def read_weights(folder: Path, config: dict, expected: dict[str, torch.Tensor], 
     describes, its checksum checked, its layout validated before any tensor is made, written by this
     library in the dtype config.json records."""
     path = folder / WEIGHTS_FILE
-    data = _checked_bytes(folder, WEIGHTS_FILE, config, weights_bound(folder, config, expected, described))
+    data = checked_bytes(folder, WEIGHTS_FILE, config, weights_bound(folder, config, expected, described))
     try:
         tensors, meta = _safetensors.parse(data)
     except _safetensors.SafetensorsFormatError as err:
-        raise _fail(path, f"is not a valid safetensors file: {err}") from None
+        raise format_error(path, f"is not a valid safetensors file: {err}") from None
     if meta.get("format") != FORMAT:
-        raise _fail(path, f"metadata format is {meta.get('format')!r}, not {FORMAT!r}: not written by save_pretrained")
+        raise format_error(path, f"metadata format is {meta.get('format')!r}, not {FORMAT!r}: not written by save_pretrained")
     if meta.get("dtype") != config["weights"]["dtype"]:
-        raise _fail(path, f"metadata dtype {meta.get('dtype')!r} differs from {CONFIG_FILE}'s {config['weights']['dtype']!r}")
-    return tensors, meta, _json_metadata(meta, "aliases", path)
+        raise format_error(path, f"metadata dtype {meta.get('dtype')!r} differs from {CONFIG_FILE}'s {config['weights']['dtype']!r}")
+    return tensors, meta, json_metadata(meta, "aliases", path)
 
 
 def match_state(
@@ -590,13 +590,13 @@ def load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], dtype: to
     return model
 
 
-def _json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:
+def json_metadata(meta: dict[str, str], key: str, path: Path) -> dict:
     try:
         value = loads_bounded(meta.get(key, "{}"))
     except JSONLimitError as err:
-        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names ({err})") from None
+        raise format_error(path, f"metadata {key!r} is not a JSON map of tensor names ({err})") from None
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise _fail(path, f"metadata {key!r} is not a JSON map of tensor names")
+        raise format_error(path, f"metadata {key!r} is not a JSON map of tensor names")
     return value
 
 

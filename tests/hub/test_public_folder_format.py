@@ -1,0 +1,74 @@
+"""The folder format is public (issue 36): no unit outside the hub imports a private name of it, and a bundled
+model folder re-saved from its own weights is the committed folder, byte for byte."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+import dsf_lightning
+
+PACKAGE = Path(dsf_lightning.__file__).resolve().parent
+BUNDLED = PACKAGE / "pretrained"
+
+
+def private_hub_imports() -> list[str]:
+    """``where: name`` for every ``from dsf_lightning.hub[...] import _name`` (relative forms included, function-level
+    ones too) in a module outside ``dsf_lightning/hub/``."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "hub":
+            continue
+        package = ["dsf_lightning", *relative.parts[:-1]]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+            target = ".".join(p for p in (base, node.module or "") if p)
+            if not (target == "dsf_lightning.hub" or target.startswith("dsf_lightning.hub.")):
+                continue
+            modules = target.split(".")[2:]
+            names = [alias.name for alias in node.names]
+            private = [m for m in modules if m.startswith("_")] + [n for n in names if n.startswith("_")]
+            if private:
+                found.append(f"dsf_lightning/{relative}:{node.lineno}: from {target} import {', '.join(private)}")
+    return found
+
+
+def test_no_unit_outside_the_hub_imports_a_private_name_of_it():
+    found = private_hub_imports()
+    assert not found, "private hub names imported across units (make them public in dsf_lightning.hub.folder):\n" + "\n".join(found)
+
+
+def test_the_checker_sees_a_private_import(tmp_path, monkeypatch):
+    fake = tmp_path / "dsf_lightning"
+    (fake / "model").mkdir(parents=True)
+    (fake / "model" / "x.py").write_text("def f():\n    from ..hub.folder import _secret\n")
+    (fake / "auto.py").write_text("from .hub import _folder\n")
+    monkeypatch.setitem(globals(), "PACKAGE", fake)
+    assert private_hub_imports() == ["dsf_lightning/auto.py:1: from dsf_lightning.hub import _folder",
+                                     "dsf_lightning/model/x.py:2: from dsf_lightning.hub.folder import _secret"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in BUNDLED.iterdir() if (p / "config.json").is_file()))
+def test_a_bundled_folder_saved_again_from_its_weights_is_byte_identical(name, tmp_path, monkeypatch):
+    """load (the kind the folder holds) -> save_pretrained writes every file of the committed folder again, byte for
+    byte (config.json with the committed folder's library and torch versions put in for the ones running here)."""
+    from dsf_lightning.auto import load
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bundled = BUNDLED / name
+    saved = load(bundled, task="auto").save_pretrained(tmp_path / name)
+    assert sorted(p.name for p in saved.iterdir()) == sorted(p.name for p in bundled.iterdir())
+    committed = json.loads((bundled / "config.json").read_text())
+    for path in sorted(saved.iterdir()):
+        data = path.read_bytes()
+        if path.name == "config.json":
+            mine = json.loads(data)
+            for key in ("library_version", "torch_version"):
+                data = data.replace(f'"{key}": "{mine[key]}"'.encode(), f'"{key}": "{committed[key]}"'.encode())
+        assert data == (bundled / path.name).read_bytes(), f"{name}/{path.name} differs from the committed file"
