@@ -180,13 +180,21 @@ def checkpoint_configs(checkpoint: dict[str, Any]) -> tuple[LMConfig, TrainConfi
     if record is None:
         hparams = migrate_hparams(checkpoint.get("hyper_parameters"))
         return LMConfig.from_hparams(hparams), TrainConfig.from_hparams(hparams)
+    check_config_record(record)
+    return LMConfig.from_dict(record["model"]), TrainConfig.from_dict(record["train"])
+
+
+def check_config_record(record: Any) -> None:
+    """Raise :class:`ValueError` unless ``record`` (a checkpoint's :data:`CONFIG_KEY` entry) is absent (format 1)
+    or of the format this installation reads."""
+    if record is None:
+        return
     version = record.get("format") if isinstance(record, dict) else None
     if version != FORMAT:
         raise ValueError(
             f"{CONFIG_KEY} format {version!r}: this dsf-lightning reads format {FORMAT} (or a checkpoint without "
             f"{CONFIG_KEY}); a newer format was written by a newer dsf-lightning: upgrade it"
         )
-    return LMConfig.from_dict(record["model"]), TrainConfig.from_dict(record["train"])
 
 
 def config_record(model_config: LMConfig, train_config: TrainConfig) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from torch import Tensor
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
-from .config import CONFIG_KEY, TrainConfig, config_record
+from .config import CONFIG_KEY, TrainConfig, check_config_record, config_record
 from .optim import FusedClipping, build_optimizer, fused_allowed, with_schedule
 from .policy import TrainingPolicy, module_callbacks
 from .sampled_softmax import SampledLoss, decoder_parameters
@@ -633,6 +633,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         checkpoint["dsf_carried_train_state"] = _own_cpu_copies(flat)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_config_record(checkpoint.get(CONFIG_KEY))  # a newer format than this installation reads: say so
         trainer = self._trainer
         if trainer is not None and trainer.state.fn == "fit":
             from .resume import check_hyperparameters, infer_position, normalize_fit_loop

@@ -20,7 +20,7 @@ from ..data.vocab import Vocabulary
 from ..hub.folder import CheckpointError, check_normalize, jsonable, load_state, match_state, plain_json
 from ..model import LMConfig
 from ..model.pretrained import Pretrained, _describe, _expected_state
-from .config import TrainConfig, checkpoint_configs
+from .config import CONFIG_KEY, TrainConfig, check_config_record, checkpoint_configs
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +163,10 @@ def _configs(ckpt: dict, path: Path) -> tuple[LMConfig, TrainConfig]:
         raise CheckpointError(f"{path}: hyper_parameters is a {type(hparams).__name__}, not a dict")
     if "vocab_size" not in hparams:
         raise CheckpointError(f"{path}: hyper_parameters has no vocab_size: not a LanguageModelModule checkpoint")
+    try:
+        check_config_record(ckpt.get(CONFIG_KEY))
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from None
     try:
         return checkpoint_configs(ckpt)
     except (ValueError, TypeError, KeyError) as err:  # ModelConfigError is a ValueError

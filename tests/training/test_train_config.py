@@ -94,11 +94,20 @@ def test_the_old_checkpoint_exports_with_its_migrated_training_settings(tmp_path
     torch.testing.assert_close(again.model(tokens)[0], pretrained.model(tokens)[0])
 
 
-def test_a_newer_format_or_a_bad_option_is_one_clear_error():
+def test_a_newer_format_or_a_bad_option_is_one_clear_error(tmp_path):
+    from dsf_lightning.hub.folder import CheckpointError
+    from dsf_lightning.training.read_checkpoint import pretrained_from_checkpoint
+
     ckpt = torch.load(OLD, map_location="cpu", weights_only=True)
     ckpt[CONFIG_KEY] = {"format": FORMAT + 1, "model": {}, "train": {}}
     with pytest.raises(ValueError, match=r"dsf_config format 3: this dsf-lightning reads format 2 .* upgrade it"):
         checkpoint_configs(ckpt)
+    path = tmp_path / "newer.ckpt"
+    torch.save(ckpt, path)
+    with pytest.raises(ValueError, match=r"dsf_config format 3: .* upgrade it"):
+        LanguageModelModule.load_from_checkpoint(path, weights_only=True)
+    with pytest.raises(CheckpointError, match=r"newer.ckpt: dsf_config format 3: .* upgrade it"):
+        pretrained_from_checkpoint(path, "ptb")
     with pytest.raises(ValueError, match=r"unknown training config field\(s\) \['lr_rate'\]"):
         TrainConfig.from_dict({"lr_rate": 0.1})
     with pytest.raises(ModelConfigError, match="lr must be a finite number >= 0, got nan"):
