@@ -1,9 +1,11 @@
 """Reproduce the papers' tables: recipes run through the real CLI, measured against the published numbers.
 
 :mod:`.tables` is the registry (table id -> rows: recipe, published value, metric, split),
-:mod:`.runner` runs a table (``dsf reproduce TABLE``) at a scale (``tiny`` / ``small`` / ``paper``) and
-writes ``<out>/<table>.md`` and ``.csv``, :mod:`.budget` finds hidden sizes for a fixed parameter budget
-(the DSF paper's Table 2). Submodules are imported on use, so importing this package stays cheap.
+:mod:`.runner` runs a table (``dsf reproduce TABLE``) at a scale (``tiny`` / ``small`` / ``paper``) in three
+steps: it plans the rows (rank 0 decides each, :mod:`.ranks`), trains them (:mod:`.train`: here, in child
+processes, :mod:`.child`, or side by side, :mod:`.parallel`) and records every outcome (:mod:`.state`), from which
+:mod:`.report` writes ``<out>/<table>.md`` and ``.csv``. :mod:`dsf_lightning.model.budget` finds hidden sizes for
+a fixed parameter budget (the DSF paper's Table 2). Submodules are imported on use, so importing this package stays cheap.
 """
 
 from importlib import import_module

@@ -53,32 +53,22 @@ import os
 import shlex
 import subprocess
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .._fs import file_lock, write_atomic
+from .._fs import write_atomic
 from ..cells import UnknownCellError, get_cell
-from .child import child_command, run_child
-from .liveness import this_process
-from .ranks import global_rank, share_decision, world_size
-from .report import (
-    STATUS_DONE,
-    STATUS_FAILED,
-    STATUS_PENDING,
-    STATUS_QUEUED,
-    STATUS_RUNNING,
-    STATUS_SKIPPED,
-    WALL_OVER_SITTINGS,
-    record_progress,
-    row_folder,
-    write_outputs,
-)
+from .ranks import global_rank, world_size
+from .report import STATUS_FAILED, STATUS_QUEUED, STATUS_RUNNING, row_folder
+from .state import TableState
+from .state import report_table as state_report_table
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key, row_keys
+from .train import follow_rank_zero, measure_later, train_rows
 
 logger = logging.getLogger(__name__)
 
@@ -456,26 +446,6 @@ def run_row(spec: dict, build_cli: Callable | None = None) -> dict:
         os.chdir(previous)
 
 
-def _fit_line(table_id: str, key: str, recipe: str, scale: str, resume: str | bool, rank: int, world: int) -> str:
-    """The log line of a row's start: what it trains, and rank 0's decision (the same line on every rank)."""
-    how = f"resuming from {resume}" if resume else "starting fresh"
-    ranks = f" [rank {rank} of {world}, as rank 0 decided]" if world > 1 else ""
-    return f"[{table_id}] {key}: fit + test of {recipe} ({scale}), {how}{ranks}"
-
-
-def _follow_rank_zero(table: Table, out: Path, rank: int, world: int, scale: str, log: Callable[[str], None]) -> dict:
-    """A rank other than 0: train (in step with rank 0) the rows rank 0 decided, from the specs it wrote; write
-    nothing. Its summary lists those rows as ran or failed; rank 0's lists the results."""
-    decision = share_decision(None, table.id, out / "runs" / table.id)
-    summary: dict[str, Any] = {"ran": [], "skipped_done": [], "skipped": [], "failed": [], "pending": []}
-    for fit in decision["fits"]:
-        log(_fit_line(table.id, fit["row"], fit["recipe"], scale, fit["resume"], rank, world))
-        done = subprocess.run(fit["argv"], env=dict(os.environ))
-        summary["ran" if done.returncode == 0 else "failed"].append(fit["row"])
-    summary["markdown"], summary["csv"] = out / f"{table.id}.md", out / f"{table.id}.csv"
-    return summary
-
-
 ROW_FINGERPRINT = "fingerprint.txt"
 
 
@@ -550,27 +520,125 @@ def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | Non
 
 
 # =============================================================================================== a table
-def _read_state(path: Path, table: Table) -> dict:
-    if path.is_file():
-        try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(state, dict) and state.get("table") == table.id:
-                state.setdefault("rows", {})
-                return state
-        except (OSError, json.JSONDecodeError) as err:
-            logger.warning("ignoring unreadable state %s: %s", path, err)
-    return {"table": table.id, "rows": {}}
+@dataclass(frozen=True)
+class RowSetup:
+    """What every row of one run shares: the scale, the recipes folder, the data root, the user's
+    ``--trainer.*`` / ``--model.*`` / ``--data.*`` overrides (``extra``) and torch threads per row."""
+
+    scale: str
+    recipes: Path
+    root: str | None
+    extra: tuple[str, ...]
+    threads: int | None
 
 
-def _take_others_rows(state: dict, on_disk: dict, mine: set[str]) -> None:
-    """Update ``state`` with what another process wrote meanwhile: every row this run does not own (``mine``)
-    and the runs those rows trained, as they are on disk now."""
-    for key, entry in on_disk.get("rows", {}).items():
-        if key not in mine:
-            state["rows"][key] = entry
-    for run_fp, run in on_disk.get("runs", {}).items():
-        if run.get("row") not in mine:
-            state.setdefault("runs", {})[run_fp] = run
+@dataclass
+class Plan:
+    """Rank 0's decision for the rows a run owns: ``fits`` (row, entry, spec, run fingerprint) to train, in the
+    order ``--rows`` names them, and ``later`` (row, entry, recipe, run fingerprint or None): rows measured in
+    another row's run and dynamic evaluations of a parent's checkpoint."""
+
+    fits: list[tuple[Row, dict, dict, str]] = field(default_factory=list)
+    later: list[tuple[Row, dict, dict, str | None]] = field(default_factory=list)
+    queued_runs: set[str] = field(default_factory=set)
+
+
+def _check_counts(scale: str, jobs: int, threads: int | None) -> None:
+    """Refuse a scale, ``jobs`` or ``threads`` the runner cannot use, naming what it takes."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number >= 1 (rows trained at once), got {jobs!r}")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"threads must be a whole number >= 1 (torch threads per row), got {threads!r}")
+
+
+def _isolation(jobs: int, extra: Sequence[str], isolate: bool | None, rank: int, world: int) -> bool:
+    """Whether every row runs in a child process; refuses the process layouts that cannot work."""
+    distributed = any(a.split("=")[0] in DISTRIBUTED_FLAGS for a in extra)
+    if jobs > 1 and distributed:
+        raise ValueError("--jobs > 1 trains rows side by side in this machine's processes; it cannot be combined "
+                         "with --trainer.devices / num_nodes / strategy (one row at a time uses them all)")
+    if world > 1 and not distributed:
+        raise ValueError(f"this is rank {rank} of {world} processes (torchrun / srun), but no --trainer.devices, "
+                         "--trainer.num_nodes or --trainer.strategy: every rank would train its own copy of the row; "
+                         "add e.g. --trainer.devices 2 --trainer.strategy ddp (devices per node, --trainer.num_nodes)")
+    if world > 1 and isolate is False:  # the other ranks run rank 0's row.json in a child process
+        raise ValueError("--in-process cannot be combined with several ranks (torchrun / srun): every rank runs its "
+                         "rows in a child process; drop --in-process")
+    return distributed if isolate is None else isolate
+
+
+def plan_rows(table: Table, record: TableState, setup: RowSetup) -> Plan:
+    """Rank 0 decides every row the run owns (``record.wanted``): done before, pending and missing-data rows are
+    recorded at once; the others are planned to train (resuming or fresh) or to be measured after."""
+    plan = Plan()
+    for row in table.rows:
+        if row.key not in record.wanted:
+            continue
+        if row.pending:
+            record.pending(row)
+        else:
+            _plan_row(table, row, record, setup, plan)
+    plan.fits.sort(key=lambda fit: record.wanted.index(fit[0].key))
+    return plan
+
+
+def _plan_row(table: Table, row: Row, record: TableState, setup: RowSetup, plan: Plan) -> None:
+    """Decide one row: skipped (done before, data missing), later (dynamic evaluation), else :func:`_plan_fit`."""
+    source = table.row(row.parent) if row.evaluation else row
+    recipe_path = setup.recipes / source.recipe
+    recipe_text = recipe_path.read_text(encoding="utf-8")
+    recipe = load_recipe(recipe_path)
+    fp, same_row = _fingerprints(table, row, setup.scale, recipe, recipe_text, setup.extra, setup.root)
+    previous = record.previous(row, fp, same_row)
+    if record.done_before(row, previous, same_row):
+        record.skip_done(row)
+        return
+    entry: dict[str, Any] = {"scale": setup.scale, "fingerprint": fp, "recipe": source.recipe, "started": time.time()}
+    why = _missing_data(recipe, row, setup.root)
+    if why:
+        record.skip(row, entry, why)
+    elif row.evaluation:
+        plan.later.append((row, entry, recipe, None))
+    else:
+        resume = previous.get("fingerprint") in same_row and previous.get("status") in (STATUS_FAILED, STATUS_RUNNING,
+                                                                                       STATUS_QUEUED)
+        _plan_fit(row, entry, (recipe_path, recipe_text, recipe), same_row, resume, record, setup, plan)
+
+
+def _plan_fit(row: Row, entry: dict, recipe_files: tuple[Path, str, dict], same_row: set[str], resume: bool,
+              record: TableState, setup: RowSetup, plan: Plan) -> None:
+    """A row that trains: its CLI arguments and run; measured later when another row trains the very same model
+    (one row per test set), else its folder is prepared (the checkpoint it resumes, rank 0's choice) and it fits."""
+    recipe_path, recipe_text, recipe = recipe_files
+    task = is_task_recipe(recipe)
+    root_key = task_data_root_key(recipe) if task else "data.data_root"
+    args = cli_arguments(recipe_path, merged_overrides(recipe, row, setup.scale), setup.root, setup.extra, root_key,
+                         raw_strings=task)
+    run_fp = _run_key(record.runs, recipe, recipe_text, args[2:], setup.scale)
+    entry["run"] = run_fp
+    shared = record.runs.get(run_fp)
+    if run_fp in plan.queued_runs or (shared is not None and shared.get("row") != row.key):
+        plan.later.append((row, entry, recipe, run_fp))
+        return
+    plan.queued_runs.add(run_fp)
+    workdir = row_folder(record.out, record.table.id, row.key)
+    checkpoint = prepare_row_folder(workdir, entry["fingerprint"], same_row, recipe, resume=resume,
+                                    log=lambda msg: record.say(row.key, msg))
+    spec = {"args": args, "workdir": str(workdir), "metric": row.metric,
+            "metric_key": metric_key(row), "resume": checkpoint or False, "threads": setup.threads,
+            "command": fit_command(args, setup.recipes, setup.root)}
+    entry.update(args=args, command=spec["command"], commit=record.state["commit"], reproduce_command=record.command)
+    plan.fits.append((row, entry, spec, run_fp))
+
+
+def _run_key(runs: dict, recipe: dict, recipe_text: str, args: Sequence[str], scale: str) -> str:
+    """The run fingerprint of a fit; an older state's key for the same run (of the recipe's text) is renamed to it."""
+    run_fp, text_run_fp = run_fingerprint(recipe, args, scale), run_fingerprint(recipe_text, args, scale)
+    if text_run_fp in runs and run_fp not in runs:
+        runs[run_fp] = runs.pop(text_run_fp)
+    return run_fp
 
 
 def run_table(
@@ -598,239 +666,32 @@ def run_table(
     ``build_cli`` (rows trained in this process, see :func:`run_row`; default
     :func:`dsf_lightning.recipe_cli.lightning_cli`) and ``child_entry`` (the ``python -m`` module of a row's child
     process; default :mod:`.row`) are there for tests that train rows another way.
+
+    Three steps: :func:`plan_rows` (rank 0 decides each row), :func:`.train.train_rows` and
+    :func:`.train.measure_later` (run), every outcome recorded by :class:`.state.TableState` (report).
     """
     table = get_table(table_id)
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise ValueError(f"jobs must be a whole number >= 1 (rows trained at once), got {jobs!r}")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ValueError(f"threads must be a whole number >= 1 (torch threads per row), got {threads!r}")
+    _check_counts(scale, jobs, threads)
     out = Path(out).expanduser().resolve()
     recipes = Path(recipes_dir).expanduser().resolve() if recipes_dir is not None else default_recipes_dir().resolve()
     root = str(Path(data_root).expanduser().resolve()) if data_root is not None else None
-    extra = list(overrides)
-    distributed = any(a.split("=")[0] in DISTRIBUTED_FLAGS for a in extra)
-    if jobs > 1 and distributed:
-        raise ValueError("--jobs > 1 trains rows side by side in this machine's processes; it cannot be combined "
-                         "with --trainer.devices / num_nodes / strategy (one row at a time uses them all)")
+    setup = RowSetup(scale, recipes, root, tuple(overrides), 1 if jobs > 1 and threads is None else threads)
     rank, world = global_rank(), world_size()
-    if world > 1 and not distributed:
-        raise ValueError(f"this is rank {rank} of {world} processes (torchrun / srun), but no --trainer.devices, "
-                         "--trainer.num_nodes or --trainer.strategy: every rank would train its own copy of the row; "
-                         "add e.g. --trainer.devices 2 --trainer.strategy ddp (devices per node, --trainer.num_nodes)")
-    if world > 1 and isolate is False:  # the other ranks run rank 0's row.json in a child process
-        raise ValueError("--in-process cannot be combined with several ranks (torchrun / srun): every rank runs its "
-                         "rows in a child process; drop --in-process")
-    if isolate is None:
-        isolate = distributed
-    if jobs > 1 and threads is None:
-        threads = 1
+    isolate = _isolation(jobs, setup.extra, isolate, rank, world)
     wanted = row_keys(table.id, rows)
-    writer = rank == 0
-    if not writer:  # rank 0 decides and writes; this rank trains the rows it was told to, as it was told
-        return _follow_rank_zero(table, out, rank, world, scale, log)
-    state_path = out / f"{table.id}.state.json"
-    state = _read_state(state_path, table)
-    snapshot = json.loads(json.dumps(state))  # every rank decides from the same view
-    summary: dict[str, Any] = {"ran": [], "skipped_done": [], "skipped": [], "failed": [], "pending": []}
-    state.setdefault("runs", {})
-    if command:
-        state["command"] = command
-    state["commit"] = git_commit()
-
-    def save() -> None:
-        if not writer:
-            return
-        with file_lock(out / f".{table.id}.state.lock"):  # another `dsf reproduce` may run other rows into `out`
-            _take_others_rows(state, _read_state(state_path, table), set(wanted))
-            record_progress(table, state, out)
-            write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
-        write_outputs(table, state, out, scale)
-
-    def finish(row: Row, entry: dict, result: dict) -> None:
-        if result.get("measured") is None or not math.isfinite(result["measured"]):
-            raise RuntimeError(f"no finite {metric_key(row)} measured (metrics: {result.get('metrics')})")
-        entry.pop("runner", None)  # only an unfinished row needs to say who runs it
-        entry.update(status=STATUS_DONE, message=(f"measured in the run of row {entry['shared_with']}"
-                                                  if "shared_with" in entry else ""),
-                     finished=time.time(), **result)
-        summary["ran"].append(row.key)
-        log(f"[{table.id}] {row.key}: {row.metric} {result['measured']:.4f} (published {row.published}) in "
-            f"{result['wall_seconds']:.1f}s")
-
-    def fail(row: Row, entry: dict, err: BaseException, started: float) -> None:
-        from ..data.corpora import CorpusError
-
-        corpus_err = isinstance(err, CorpusError) or isinstance(getattr(err, "__cause__", None), CorpusError)
-        entry.pop("runner", None)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if corpus_err:
-            entry.update(status=STATUS_SKIPPED, message=f"skipped: corpus missing: {first}")
-            summary["skipped"].append(row.key)
-        else:
-            entry.update(status=STATUS_FAILED, message=f"failed: {type(err).__name__}: {first}",
-                         traceback="".join(traceback.format_exception(err, limit=20)))
-            summary["failed"].append(row.key)
-        entry["wall_seconds"] = time.perf_counter() - started
-        log(f"[{table.id}] {row.key}: {entry['message']}")
-
-    def shared_result(run_fp: str, row: Row, entry: dict) -> dict:
-        shared = state["runs"][run_fp]
-        result = {k: v for k, v in shared.items() if k != "row"}
-        result["measured"] = result.get("metrics", {}).get(metric_key(row))
-        entry["shared_with"] = shared["row"]
-        log(f"[{table.id}] {row.key}: measured in the run of row {shared['row']} (same model)")
-        return result
-
-    # 1. decide every row: done before, pending, data missing, to train, or to evaluate after its parent
-    fits: list[tuple[Row, dict, dict, str]] = []  # (row, entry, spec, run fingerprint)
-    later: list[tuple[Row, dict, dict, str | None]] = []  # (row, entry, recipe, run fp): shared runs, dynamic rows
-    queued_runs: set[str] = set()
-    for row in table.rows:
-        if row.key not in wanted:
-            continue
-        if row.pending:
-            summary["pending"].append(row.key)
-            state["rows"][row.key] = {"status": STATUS_PENDING, "message": f"pending: {row.pending}", "scale": scale}
-            continue
-        source = table.row(row.parent) if row.evaluation else row
-        recipe_path = recipes / source.recipe
-        recipe_text = recipe_path.read_text(encoding="utf-8")
-        recipe = load_recipe(recipe_path)
-        fp, same_row = _fingerprints(table, row, scale, recipe, recipe_text, extra, root)
-        previous = snapshot["rows"].get(row.key, {})
-        if previous.get("fingerprint") in same_row and row.key in state["rows"]:
-            state["rows"][row.key]["fingerprint"] = fp  # an older state's text fingerprint, kept up to date
-        if previous.get("status") == STATUS_DONE and previous.get("fingerprint") in same_row:
-            if row.evaluation is None or previous.get("parent_finished") == snapshot["rows"].get(row.parent, {}).get("finished"):
-                summary["skipped_done"].append(row.key)
-                log(f"[{table.id}] {row.key}: done before, skipped")
-                continue
-        entry: dict[str, Any] = {"scale": scale, "fingerprint": fp, "recipe": source.recipe, "started": time.time()}
-        why = _missing_data(recipe, row, root)
-        if why:
-            entry.update(status=STATUS_SKIPPED, message=f"skipped: {why}")
-            state["rows"][row.key] = entry
-            summary["skipped"].append(row.key)
-            log(f"[{table.id}] {row.key}: skipped: {why}")
-            save()
-            continue
-        if row.evaluation:
-            later.append((row, entry, recipe, None))
-            continue
-        task = is_task_recipe(recipe)
-        root_key = task_data_root_key(recipe) if task else "data.data_root"
-        args = cli_arguments(recipe_path, merged_overrides(recipe, row, scale), root, extra, root_key, raw_strings=task)
-        # rows that train the very same model (one row per test set) share one fit and test
-        run_fp, text_run_fp = run_fingerprint(recipe, args[2:], scale), run_fingerprint(recipe_text, args[2:], scale)
-        if text_run_fp in state["runs"] and run_fp not in state["runs"]:  # an older state's key for the same run
-            state["runs"][run_fp] = state["runs"].pop(text_run_fp)
-        entry["run"] = run_fp
-        shared = state["runs"].get(run_fp)
-        if run_fp in queued_runs or (shared is not None and shared.get("row") != row.key):
-            later.append((row, entry, recipe, run_fp))
-            continue
-        queued_runs.add(run_fp)
-        resume = previous.get("fingerprint") in same_row and previous.get("status") in (STATUS_FAILED, STATUS_RUNNING, STATUS_QUEUED)
-        workdir = row_folder(out, table.id, row.key)
-        checkpoint = prepare_row_folder(workdir, fp, same_row, recipe, resume=resume,
-                                        log=lambda msg, key=row.key: log(f"[{table.id}] {key}: {msg}"))
-        spec = {"args": args, "workdir": str(workdir), "metric": row.metric,
-                "metric_key": metric_key(row), "resume": checkpoint or False, "threads": threads,
-                "command": fit_command(args, recipes, root)}
-        entry.update(args=args, command=spec["command"], commit=state["commit"], reproduce_command=command)
-        fits.append((row, entry, spec, run_fp))
-
-    # 2. train: one row after the other, or `jobs` rows at once in child processes (in the order --rows names them)
-    fits.sort(key=lambda fit: wanted.index(fit[0].key))
-    child_entry = child_entry or CHILD_ENTRY
-
-    def trained(row: Row, entry: dict, spec: dict, run_fp: str, result: dict | None,
-                err: BaseException | None, started: float) -> None:
-        try:
-            if err is not None:
-                raise err
-            if not result:
-                return  # a non-zero rank under isolation: rank 0 reports
-            result["wall_seconds"] = result.pop("earlier_wall_seconds", 0.0) + time.perf_counter() - started
-            result["wall_scope"] = WALL_OVER_SITTINGS
-            state["runs"][run_fp] = {"row": row.key, **result}
-            finish(row, entry, result)
-        except Exception as failure:  # noqa: BLE001 - a failed row is recorded and retried next time
-            fail(row, entry, failure, started)
-        state["rows"][row.key] = entry
-        save()
-
-    runner = this_process()  # who runs this table's rows: the report tells a row whose runner is gone
-
-    def starting(row: Row, entry: dict, spec: dict) -> None:
-        entry.update(status=STATUS_RUNNING, runner=runner)
-        state["rows"][row.key] = dict(entry)
-        save()
-        log(_fit_line(table.id, row.key, row.recipe, scale, spec["resume"], rank, world))
-
-    for row, entry, _, _ in fits:
-        state["rows"][row.key] = dict(entry, status=STATUS_QUEUED, runner=runner)
-    save()
-    children: dict[str, tuple[list[str], Path]] = {}
-    if isolate and jobs == 1:  # each row's spec (row.json) written once, here, by rank 0; every rank runs it
-        children = {row.key: child_command(spec, child_entry) for row, _, spec, _ in fits}
-    share_decision({"fits": [{"row": row.key, "recipe": row.recipe, "resume": spec["resume"],
-                              "argv": children[row.key][0] if row.key in children else None}
-                             for row, _, spec, _ in fits]}, table.id, out / "runs" / table.id)
-    if jobs > 1:
-        from .parallel import run_rows_in_parallel
-
-        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=save, child_entry=child_entry,
-                             log=lambda msg: log(f"[{table.id}] {msg}"))
-    else:
-        for row, entry, spec, run_fp in fits:
-            starting(row, entry, spec)
-            started = time.perf_counter()
-            try:
-                result, err = (run_child(*children[row.key]) if isolate else run_row(spec, build_cli)), None
-            except Exception as caught:  # noqa: BLE001 - recorded by `trained`
-                result, err = None, caught
-            trained(row, entry, spec, run_fp, result, err, started)
-
-    # 3. rows measured in another row's run, then dynamic evaluations of finished parents
-    for row, entry, recipe, run_fp in sorted(later, key=lambda item: item[0].evaluation is not None):
-        started = time.perf_counter()
-        try:
-            if row.evaluation:
-                parent_state = state["rows"].get(row.parent, {})
-                if parent_state.get("status") != STATUS_DONE:
-                    raise RuntimeError(f"needs row {row.parent} to be done first (its checkpoint is evaluated)")
-                if not writer:
-                    continue
-                log(f"[{table.id}] {row.key}: dynamic evaluation of {row.parent}'s checkpoint ({scale})")
-                result = run_dynamic(row, parent_state, recipe, root, scale)
-                entry["parent_finished"] = parent_state.get("finished")
-                result["wall_seconds"] = time.perf_counter() - started
-            else:
-                if run_fp not in state["runs"]:
-                    raise RuntimeError("the row whose run it shares failed (see that row)")
-                result = shared_result(run_fp, row, entry)
-            finish(row, entry, result)
-        except Exception as err:  # noqa: BLE001 - a failed row is recorded and retried next time
-            fail(row, entry, err, started)
-        state["rows"][row.key] = entry
-        save()
-    save()
-    summary["markdown"], summary["csv"] = out / f"{table.id}.md", out / f"{table.id}.csv"
-    return summary
+    if rank != 0:  # rank 0 decides and writes; this rank trains the rows it was told to, as it was told
+        return follow_rank_zero(table, out, rank, world, scale, log)
+    record = TableState(table, out, scale, wanted, log=log, command=command, commit=git_commit())
+    plan = plan_rows(table, record, setup)
+    train_rows(plan.fits, record, jobs=jobs, isolate=isolate, rank=rank, world=world,
+               fit_here=lambda spec: run_row(spec, build_cli), child_entry=child_entry or CHILD_ENTRY)
+    measure_later(plan.later, record, lambda row, parent, recipe: run_dynamic(row, parent, recipe, root, scale))
+    return record.close()
 
 
 def report_table(table_id: str, *, out: str | os.PathLike = "reproduce", scale: str = "paper") -> tuple[Path, Path]:
     """Rewrite ``<out>/<table>.md`` / ``.csv`` / curves from the state file and the rows' progress; trains nothing."""
-    table = get_table(table_id)
-    out = Path(out).expanduser().resolve()
-    state_path = out / f"{table.id}.state.json"
-    if not state_path.is_file():
-        raise FileNotFoundError(f"no {state_path}: run `dsf reproduce {table.id} --out {out}` first")
-    state = _read_state(state_path, table)
-    return write_outputs(table, state, out, scale)
+    return state_report_table(get_table(table_id), Path(out).expanduser().resolve(), scale)
 
 
 def _missing_data(recipe: dict, row: Row, root: str | None) -> str | None:
