@@ -368,7 +368,7 @@ CHILD_ENTRY = "dsf_lightning.reproduce.row"
 def run_row(spec: dict, build_cli: Callable | None = None) -> dict:
     """Fit then test one row in this process (``spec``: args, workdir, metric, resume, threads); returns its results.
 
-    ``spec["resume"]``: a checkpoint's path relative to the workdir (rank 0's choice, see :func:`run_table`),
+    ``spec["resume"]``: a checkpoint's path relative to the workdir (rank 0's choice, see :func:`plan_rows`),
     True (the ``last.ckpt`` beside the run's checkpoints, if there is one) or False (a fresh start).
 
     ``build_cli(args, run=False)`` builds the row's LightningCLI without running it (default:
