@@ -26,7 +26,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("training",),
     ("tasks",),
     ("recipe_cli",),
-    ("recipe_cli",),
     ("scoring", "classification", "evaluation"),
     ("auto",),
     ("analysis",),
@@ -115,15 +114,31 @@ def called_imports(node: ast.Call, module: str, package: list[str], tables: dict
     return found
 
 
-def imported_modules(path: Path) -> list[tuple[str, int]]:
+def type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks: imports for annotations, never run."""
+    inside = set()
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        ):
+            inside |= {id(child) for statement in node.body for child in ast.walk(statement)}
+    return inside
+
+
+def imported_modules(path: Path, *, run_only: bool = False) -> list[tuple[str, int]]:
     """Every ``dsf_lightning`` module ``path`` imports, anywhere in the file, with its line: import statements
-    and calls of ``importlib.import_module`` / ``__import__`` with a literal module name or a lazy table's."""
+    and calls of ``importlib.import_module`` / ``__import__`` with a literal module name or a lazy table's.
+    ``run_only``: without the imports under ``if TYPE_CHECKING:`` (they never run, so they close no cycle)."""
     module = module_name(path)
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     tables = lazy_tables(tree)
+    skipped = type_checking_only(tree) if run_only else set()
     found = []
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Call):
             found += [(target, node.lineno) for target in called_imports(node, module, package, tables)]
         elif isinstance(node, ast.Import):
@@ -201,7 +216,6 @@ def test_no_import_cycle_between_top_level_units():
 KNOWN_MODULE_CYCLES: list[frozenset[str]] = [
     frozenset({"dsf_lightning.data.corpora.base", "dsf_lightning.data.corpora.imdb", "dsf_lightning.data.normalize"}),
     frozenset({"dsf_lightning.model", "dsf_lightning.model.pretrained", "dsf_lightning.model.recurrent_lm"}),
-    frozenset({"dsf_lightning.scoring", "dsf_lightning.scoring.generation"}),
     frozenset({"dsf_lightning.tasks.modules", "dsf_lightning.tasks.pretrained"}),
     frozenset({"dsf_lightning.training.finetune", "dsf_lightning.training.language_model"}),
 ]
@@ -210,11 +224,12 @@ KNOWN_MODULE_CYCLES: list[frozenset[str]] = [
 def module_edges() -> dict[str, dict[str, str]]:
     """importing module -> {imported module of the same unit: where}, function-level imports included. A name
     imported from a module counts as an import of that module (``from dsf_lightning.model import LMConfig`` ->
-    ``dsf_lightning.model``, the package's ``__init__``); the parent packages Python runs first do not count."""
+    ``dsf_lightning.model``, the package's ``__init__``); the parent packages Python runs first do not count,
+    nor do imports under ``if TYPE_CHECKING:`` (between units they do: a lower unit names no upper unit's type)."""
     modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     edges: dict[str, dict[str, str]] = {}
     for module, path in sorted(modules.items()):
-        for target, line in imported_modules(path):
+        for target, line in imported_modules(path, run_only=True):
             while target not in modules and "." in target:  # a name defined in a module -> the module
                 target = target.rsplit(".", 1)[0]
             if target in modules and target != module and unit_of(target) == unit_of(module):
@@ -297,6 +312,24 @@ def test_the_checker_finds_a_planted_cycle_inside_a_unit(tmp_path, monkeypatch, 
         test_no_import_cycle_inside_a_unit()
     (fake / "data" / "b.py").write_text("def f():\n    return 1\n")
     test_no_import_cycle_inside_a_unit()
+
+
+def test_an_import_for_annotations_only_closes_no_cycle(tmp_path, monkeypatch):
+    """``if TYPE_CHECKING:`` imports never run: data.b naming data.a's type that way is no cycle; the same import
+    run is one."""
+    fake = tmp_path / "dsf_lightning"
+    (fake / "data").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "data" / "__init__.py").write_text("")
+    (fake / "data" / "a.py").write_text("from .b import f\n\n\nclass A:\n    pass\n")
+    back = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .a import A\n\n\ndef f(a: A):\n    return a\n"
+    (fake / "data" / "b.py").write_text(back)
+    monkeypatch.setitem(globals(), "PACKAGE", fake)
+    monkeypatch.setitem(globals(), "KNOWN_MODULE_CYCLES", [])
+    test_no_import_cycle_inside_a_unit()
+    (fake / "data" / "b.py").write_text(back.replace("if TYPE_CHECKING:", "if True:"))
+    with pytest.raises(AssertionError, match="dsf_lightning.data.b imports dsf_lightning.data.a"):
+        test_no_import_cycle_inside_a_unit()
 
 
 def test_an_entry_of_the_known_cycles_that_is_no_longer_one_fails(tmp_path, monkeypatch):

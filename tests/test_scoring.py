@@ -344,7 +344,7 @@ def test_stream_without_end_symbol(tmp_path):
 
 
 def test_long_line_without_end_symbol_is_read_in_pieces(tmp_path, monkeypatch):
-    monkeypatch.setattr(scoring, "READ_LIMIT", 64)
+    monkeypatch.setattr(scoring.lines, "READ_LIMIT", 64)
     tok = CharTokenizer(eos=None, mode="plain")
     spaced = "the cat sat on the mat " * 20 + "éé"
     unspaced = "théçatsat€onthemat" * 20  # no space: cut on UTF-8 character boundaries (2- and 3-byte)

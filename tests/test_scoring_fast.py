@@ -226,7 +226,7 @@ def test_parallel_mode_carries_each_streams_state_across_windows(pre, doc_lines)
 def test_parallel_mode_in_blocks(pre, doc_lines, monkeypatch):
     """A document longer than a block is scored block by block, each block cut into S pieces; the first
     piece of a later block warms up on the tokens before it like any other."""
-    monkeypatch.setattr(scoring, "STREAM_BLOCK", 23)
+    monkeypatch.setattr(scoring.scorer, "STREAM_BLOCK", 23)
     ids = _ids(pre, doc_lines)
     for streams, warmup in ((3, 2), (2, 0), (4, 1000)):
         par = Scorer(pre, window=6).score_document(doc_lines, per_token=True, streams=streams, warmup=warmup)

@@ -93,7 +93,7 @@ def test_streams_and_documents_are_normalized_the_same_way(pretrained, tmp_path,
     assert doc.tokens == [t for r in ref for t in r.tokens] and doc.num_lines == 3
     assert doc.logprob == pytest.approx(sum(r.logprob for r in ref), abs=1e-4)
     # one long line read in small parts (cut between words) gives the same tokens and numbers
-    monkeypatch.setattr(scoring, "READ_LIMIT", 16)
+    monkeypatch.setattr(scoring.lines, "READ_LIMIT", 16)
     long = tmp_path / "long.txt"
     long.write_text(" ".join(texts * 3) + "\n")
     parts = scorer.score_document(long, per_token=True)
@@ -130,7 +130,7 @@ def test_a_ptb_char_model_reads_raw_text_spelled_out(monkeypatch, tmp_path):
     with pytest.raises(ScoringError, match="closed vocabulary"):
         Scorer(char, normalize="none").score("Hello")
     text = "Shares rose 5% in heavy trading and bonds fell " * 4
-    monkeypatch.setattr(scoring, "READ_LIMIT", 16)
+    monkeypatch.setattr(scoring.lines, "READ_LIMIT", 16)
     path = tmp_path / "long.txt"
     path.write_text(text + "\n")
     doc = scorer.score_document(path, per_token=True)

@@ -50,7 +50,7 @@ def word_scorer():
 # ------------------------------------------------------------------------------ parts == whole line
 @pytest.mark.parametrize("kind", ["word", "char", "char-ptb", "subword", "subword-boundary", "word-no-eos"])
 def test_a_long_line_read_in_parts_scores_as_the_whole_line(kind, tmp_path, monkeypatch):
-    monkeypatch.setattr(scoring, "READ_LIMIT", 40)  # parts of at most 40 bytes
+    monkeypatch.setattr(scoring.lines, "READ_LIMIT", 40)  # parts of at most 40 bytes
     tok = {
         "word": WordTokenizer(),
         "char": CharTokenizer(mode="plain"),
@@ -77,7 +77,7 @@ def test_a_long_line_read_in_parts_scores_as_the_whole_line(kind, tmp_path, monk
 
 
 def test_a_word_longer_than_the_buffer_is_one_unknown_word(word_scorer, tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(scoring, "READ_LIMIT", 64)
+    monkeypatch.setattr(scoring.lines, "READ_LIMIT", 64)
     path = tmp_path / "doc.txt"
     path.write_text("the cat " + "x" * 1000 + " sat on the mat\nthe dog\n", encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="dsf_lightning.scoring"):
@@ -195,7 +195,7 @@ def test_a_newline_free_document_streams_in_bounded_memory_and_linear_time(tmp_p
 def test_the_words_after_a_word_longer_than_the_buffer_are_all_scored(word_scorer, tmp_path, monkeypatch):
     """The long word and the words after it share the read buffer (no newline near): every one of them is
     scored, the long word as one <unk> (before: the buffer's rest after the word was dropped)."""
-    monkeypatch.setattr(scoring, "READ_LIMIT", 64)
+    monkeypatch.setattr(scoring.lines, "READ_LIMIT", 64)
     path = tmp_path / "doc.txt"
     tail = " b c d" + " the cat" * 30
     path.write_text("a " + "x" * 100 + tail + "\nthe dog\n", encoding="utf-8")

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from . import ScoringError
+from .results import ScoringError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import Scorer
+    from .scorer import Scorer
 
 __all__ = ["Detokenizer", "GeneratedText", "GenerationError", "GenerationState", "generate", "next_token_filter"]
 
