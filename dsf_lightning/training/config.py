@@ -20,6 +20,8 @@ from ..model import LMConfig, ModelConfigError
 
 #: the version of the ``dsf_config`` record; a checkpoint without one is format 1 (flat ``hyper_parameters`` only)
 FORMAT = 2
+#: the optimizers the ``optimizer`` option names (``dsf fit --optimizer`` takes any allowed ``torch.optim`` class)
+OPTIMIZER_CHOICES = ("adam", "sgd")
 #: the checkpoint entry holding ``{"format": FORMAT, "model": LMConfig.to_dict(), "train": TrainConfig.to_dict()}``
 CONFIG_KEY = "dsf_config"
 
@@ -84,8 +86,16 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """Check every option; the error names the option at fault and what it must be."""
-        if not 0.0 < self.lr_decay_factor <= 1.0:
-            raise ValueError(f"lr_decay_factor must be in (0, 1], got {self.lr_decay_factor!r}")
+        if self.optimizer not in OPTIMIZER_CHOICES:  # build_optimizer's check, before anything is built
+            raise ValueError(f"optimizer must be one of {OPTIMIZER_CHOICES}, got {self.optimizer!r}")
+        f = self.lr_decay_factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
+            raise ValueError(f"lr_decay_factor must be in (0, 1], got {f!r}")
+        _check_int("seed", self.seed, low=None)
+        _check_int("sampled_loss_samples", self.sampled_loss_samples, low=1)
+        for name in ("lr_halving_patience", "lr_decay_after_epoch"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), low=0, none="None: off")
         if isinstance(self.l1_weight, bool) or not isinstance(self.l1_weight, (int, float)) or not self.l1_weight >= 0:
             raise ValueError(f"l1_weight must be a number >= 0, got {self.l1_weight!r}")
         check_bool("compile", self.compile)
@@ -103,6 +113,9 @@ class TrainConfig:
             if self.iterative_inference_step:
                 raise ValueError("carry_state_after_step and iterative_inference_step cannot be combined: "
                                  "iterative inference refines the window's last state; set one of them")
+        if self.param_group_lr is not None and not isinstance(self.param_group_lr, dict):
+            raise ValueError("param_group_lr must map a parameter-name fragment to its learning rate (e.g. "
+                             f"{{'rho': 1e-6}}) or be None, got {self.param_group_lr!r:.80}")
         _check_finite_options(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
                               iterative_inference_step=self.iterative_inference_step, sobolev_weight=self.sobolev_weight,
                               **{f"param_group_lr[{k!r}]": v for k, v in (self.param_group_lr or {}).items()},
@@ -130,6 +143,13 @@ class TrainConfig:
 
 def _field_names(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+def _check_int(name: str, value: Any, low: int | None, none: str = "") -> None:
+    """Raise :class:`ValueError` unless ``value`` is an int (not a bool) of at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+        bound = "an integer" if low is None else f"an integer >= {low}"
+        raise ValueError(f"{name} must be {bound}{f' ({none})' if none else ''}, got {value!r:.80}")
 
 
 def _check_finite_options(**options) -> None:

@@ -36,7 +36,7 @@ from torch import Tensor
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
-from .config import CONFIG_KEY, TrainConfig, check_config_record, config_record
+from .config import CONFIG_KEY, OPTIMIZER_CHOICES, TrainConfig, check_config_record, config_record
 from .optim import FusedClipping, build_optimizer, fused_allowed, with_schedule
 from .policy import TrainingPolicy, module_callbacks
 from .sampled_softmax import SampledLoss, decoder_parameters
@@ -550,7 +550,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             optimizer = self.optimizer_factory(groups)
         else:
             optimizer = build_optimizer(hp.optimizer, groups, lr=hp.lr, momentum=hp.momentum,
-                                        weight_decay=hp.weight_decay, choices=("adam", "sgd"),
+                                        weight_decay=hp.weight_decay, choices=OPTIMIZER_CHOICES,
                                         fused=fused_allowed(self._trainer))
         scheduler = None
         if hp.lr_decay_after_epoch is not None:

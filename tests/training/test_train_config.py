@@ -114,3 +114,12 @@ def test_a_newer_format_or_a_bad_option_is_one_clear_error(tmp_path):
         TrainConfig(lr=float("nan"))
     with pytest.raises(ValueError, match="lr_decay_after_epoch and lr_halving_patience are two schedules"):
         TrainConfig(lr_decay_after_epoch=1, lr_halving_patience=1)
+    # checked on construction now, not when the first optimizer step or window needs them
+    for options, message in ((dict(optimizer="rmsprop"), r"optimizer must be one of \('adam', 'sgd'\), got 'rmsprop'"),
+                             (dict(seed=1.5), "seed must be an integer, got 1.5"),
+                             (dict(lr_decay_factor="x"), r"lr_decay_factor must be in \(0, 1\], got 'x'"),
+                             (dict(lr_halving_patience=-1), r"lr_halving_patience must be an integer >= 0 \(None: off\)"),
+                             (dict(sampled_loss_samples=0), "sampled_loss_samples must be an integer >= 1, got 0"),
+                             (dict(param_group_lr=[1e-6]), "param_group_lr must map a parameter-name fragment")):
+        with pytest.raises(ValueError, match=message):
+            LanguageModelModule(vocab_size=11, hidden_sizes=[4], **options)
