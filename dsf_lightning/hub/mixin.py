@@ -10,8 +10,8 @@ loading is not strict: it keeps random weights for renamed keys).
 One mixin for every kind of folder: a class says which it is with ``_hub_task`` (config.json's ``task``:
 ``language-model`` for :class:`~dsf_lightning.model.RecurrentLM`, ``text-classification`` for
 :class:`~dsf_lightning.tasks.SequenceClassifier`) and hands over its folder format with
-``_pretrained_format()`` (the in-memory type, the saving and the loading function: the model knows its own
-folder, :mod:`dsf_lightning.model.pretrained` / :mod:`dsf_lightning.tasks.pretrained`); a folder of another kind
+the folder format registered for that task (:func:`register_folder_format`: the in-memory type, the saving and
+the loading function, by :mod:`dsf_lightning.model.pretrained` / :mod:`dsf_lightning.tasks.pretrained`); a folder of another kind
 is refused with a message naming its loader. The hub itself (names, download, upload) is model-agnostic, so
 the models can build on it.
 """
@@ -35,6 +35,16 @@ PARTS = {
 }
 REQUIRED = ("vocab", "tokenizer")
 
+#: task -> (in-memory type, save(pretrained, folder, **options), load(folder, dtype=...)): each folder format
+#: registers itself (:func:`register_folder_format`) in its module, which the model's package imports; the model
+#: modules need not import their folder format (that format imports the model: one way)
+FOLDER_FORMATS: dict[str, tuple] = {}
+
+
+def register_folder_format(task: str, pretrained_type: type, save, load) -> None:
+    """Make ``(pretrained_type, save, load)`` the folder format of the models whose ``_hub_task`` is ``task``."""
+    FOLDER_FORMATS[task] = (pretrained_type, save, load)
+
 
 class PretrainedModelMixin:
     """Adds Hub-style loading and saving to a model class (:data:`PARTS`: what a loaded model keeps).
@@ -50,8 +60,12 @@ class PretrainedModelMixin:
     @classmethod
     def _pretrained_format(cls):
         """``(in-memory type, save(pretrained, folder, **options), load(folder, dtype=...))`` of this class's
-        folder; every class using the mixin defines it (its folder format lives with the model)."""
-        raise TypeError(f"{cls.__name__} does not say how it is saved (define _pretrained_format)")
+        folder: the format registered for its ``_hub_task`` (:func:`register_folder_format`)."""
+        try:
+            return FOLDER_FORMATS[cls._hub_task]
+        except KeyError:
+            raise TypeError(f"{cls.__name__} does not say how it is saved: no folder format is registered for "
+                            f"{cls._hub_task!r} (register_folder_format)") from None
 
     @classmethod
     def from_pretrained(

@@ -9,6 +9,7 @@
 This package only re-exports.
 """
 
+from . import pretrained  # noqa: F401 - registers the language-model folder for RecurrentLM.from_pretrained
 from .initialization import INIT_SCHEMES, check_init, initialize
 from .recurrent_lm import (
     MAX_PARAMETERS_ENV,

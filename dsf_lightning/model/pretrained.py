@@ -91,7 +91,8 @@ from ..hub.folder import (
     write_text,
 )
 from ..hub.hf_tokenizer import hf_tokenizer_json, hf_tokenizer_mismatch
-from . import LMConfig, ModelConfigError, RecurrentLM
+from ..hub.mixin import register_folder_format
+from .recurrent_lm import LMConfig, ModelConfigError, RecurrentLM
 
 logger = logging.getLogger(__name__)
 
@@ -379,5 +380,9 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
         raise format_error(folder / CONFIG_FILE, f"'normalize' must name a text normalizer (e.g. \"ptb\") or be absent, got {normalize!r:.80}")
     return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info, normalize=normalize,
                       storage_dtype=(config.get("weights") or {}).get("dtype"), card_data=read_card(folder))
+
+
+# RecurrentLM.from_pretrained / save_pretrained / push_to_hub (the hub mixin) read and write this folder
+register_folder_format(RecurrentLM._hub_task, Pretrained, save_pretrained, load_pretrained)
 
 

@@ -224,14 +224,8 @@ def _dropout_mask(like: Tensor, shape: tuple[int, ...], p: float) -> Tensor:
 class RecurrentLM(PretrainedModelMixin, nn.Module):
     """Embedding -> ``len(hidden_sizes)`` recurrent layers of ``config.cell`` -> decoder (eq. 14 of the
     DSF paper, eq. 8 of the SCRN paper). ``RecurrentLM.from_pretrained(name)`` / ``save_pretrained`` /
-    ``push_to_hub``: see :class:`~dsf_lightning.hub.mixin.PretrainedModelMixin`."""
-
-    @classmethod
-    def _pretrained_format(cls):
-        """The language-model folder (:mod:`dsf_lightning.model.pretrained`) for the hub mixin."""
-        from .pretrained import Pretrained, load_pretrained, save_pretrained
-
-        return Pretrained, save_pretrained, load_pretrained
+    ``push_to_hub``: see :class:`~dsf_lightning.hub.mixin.PretrainedModelMixin` (the folder:
+    :mod:`dsf_lightning.model.pretrained`, registered for ``language-model``)."""
 
     def __init__(self, config: LMConfig, *, check_size: bool = True) -> None:
         """``check_size``: refuse (:class:`ModelConfigError`) a model larger than

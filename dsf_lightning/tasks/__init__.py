@@ -13,6 +13,7 @@
 DFA extraction itself is :func:`dsf_lightning.tasks.dfa.extract_dfa`.
 """
 
+from . import pretrained  # noqa: F401 - registers the text-classifier folder for SequenceClassifier.from_pretrained
 from .data import BucketBatchSampler, SequenceDataModule, TokenSequenceDataset, Vocabulary, collate
 from .datamodules import (
     BalancedParenthesesDataModule,

@@ -257,13 +257,6 @@ class SequenceClassifier(PretrainedModelMixin, _RecurrentSequenceModule):
 
     _hub_task = "text-classification"  # the kind of hub folder it saves to and loads from
 
-    @classmethod
-    def _pretrained_format(cls):
-        """The text-classifier folder (:mod:`dsf_lightning.tasks.pretrained`) for the hub mixin."""
-        from .pretrained import PretrainedClassifier, load_classifier, save_classifier
-
-        return PretrainedClassifier, save_classifier, load_classifier
-
     def __init__(
         self,
         num_classes: int = 2,

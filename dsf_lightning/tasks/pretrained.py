@@ -80,6 +80,9 @@ from ..hub.folder import (
     tokenizer_record,
     unknown_cell_error,
 )
+from ..hub.mixin import register_folder_format
+from .data import Vocabulary
+from .modules import SequenceClassifier
 
 logger = logging.getLogger(__name__)
 
@@ -189,8 +192,6 @@ def save_classifier(
     "imdb", "split": "test"}]`` (default: from ``info["metrics"]``'s ``<split>_accuracy`` / ``<split>_error``).
     ``card_extra``: card field / metadata overrides (:func:`~dsf_lightning.hub.card.build_model_card`).
     """
-    from .modules import SequenceClassifier
-
     if not isinstance(pretrained.model, SequenceClassifier):
         raise TypeError(f"pretrained.model must be a SequenceClassifier, got {type(pretrained.model).__name__}")
     arch = architecture(pretrained.model)
@@ -236,8 +237,6 @@ def save_classifier(
 
 # =============================================================================================== loading
 def _read_vocab(path: Path, data: bytes):
-    from .data import Vocabulary
-
     try:
         doc = loads_bounded(data.decode("utf-8"))
     except (UnicodeDecodeError, JSONLimitError) as err:
@@ -257,7 +256,6 @@ def _build(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | 
     """The SequenceClassifier ``arch`` describes and its state dict; a configuration that cannot be built
     raises ``error`` naming ``source``."""
     from ..cells import UnknownCellError, get_cell
-    from .modules import SequenceClassifier
 
     try:
         get_cell(arch["cell"])
@@ -348,5 +346,9 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     return PretrainedClassifier(model=model, vocab=vocab, tokenizer=tokenizer, labels=labels, info=config["info"],
                                 normalize=normalize, max_length=max_length, keep=keep,
                                 storage_dtype=config["weights"].get("dtype"), card_data=read_card(folder))
+
+
+# SequenceClassifier.from_pretrained / save_pretrained / push_to_hub (the hub mixin) read and write this folder
+register_folder_format(SequenceClassifier._hub_task, PretrainedClassifier, save_classifier, load_classifier)
 
 
