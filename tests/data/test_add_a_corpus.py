@@ -125,7 +125,14 @@ def test_a_spec_with_an_unknown_normalizer_or_a_taken_alias_is_refused():
 
     with pytest.raises(CorpusError, match="alias.*imdb"):
         register_corpus(Squatter())
-    assert "tiny-misspelt-e" not in list_corpora() and "tiny-squatter-e" not in list_corpora()
+
+    class NamedLikeAnAlias(TinyNews):
+        name = "imdb"  # the sentiment task's data: its cards name imdb-subword's dataset
+
+    with pytest.raises(CorpusError, match="alias.*imdb"):
+        register_corpus(NamedLikeAnAlias())
+    assert not {"tiny-misspelt-e", "tiny-squatter-e", "imdb"} & set(list_corpora())
+    assert find_corpus_spec("imdb").name == "imdb-subword"
 
 
 #: what hub/card.py's HUB_DATASETS / ENGLISH_CORPORA and data/normalize.py's CORPUS_NORMALIZERS said before the

@@ -169,9 +169,9 @@ def register_corpus(spec: CorpusSpec) -> CorpusSpec:
 
     if spec.name in _REGISTRY and type(_REGISTRY[spec.name]) is not type(spec):
         raise CorpusError(f"corpus name {spec.name!r} is already registered")
-    taken = [n for n in spec.aliases if _owner(n) not in (None, spec.name)]
+    taken = [n for n in (spec.name, *spec.aliases) if _owner(n) not in (None, spec.name)]
     if taken:
-        raise CorpusError(f"corpus {spec.name!r}: alias(es) {taken} already name another corpus")
+        raise CorpusError(f"corpus {spec.name!r}: name or alias(es) {taken} already name another corpus")
     try:
         get_normalizer(spec.normalizer)  # a misspelt name fails here, not when a card or a text is written
     except NormalizerError as err:
