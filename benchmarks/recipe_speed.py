@@ -9,7 +9,8 @@ run alternately in fresh processes (one thread each) so that the same machine at
 Each run trains ``--steps`` windows (validation, checkpoints, loggers and callbacks off) and times the steps
 after ``--skip`` warm-up steps by process CPU time from one ``training_step`` call to the next, so a
 step's forward, backward, optimizer update and Lightning's own work all count. Prints a table of the
-median tokens / CPU s per checkout over the rounds, and each round's ratio to the first checkout.
+median tokens / CPU s per checkout over the rounds, each round's ratio to the first checkout, and the machine
+(:func:`dsf_lightning._machine.machine_markdown`: CPU, ISA, cores, torch, oneDNN, load at start and end).
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.skip < args.steps:
         parser.error(f"--skip must be below --steps, got {args.skip} and {args.steps}")
     recipe = args.recipe.resolve()
+    from dsf_lightning._machine import finish_record, machine_markdown, machine_record
+
+    record = machine_record(own_processes=1)  # one timed run at a time
     rates: dict[str, list[float]] = {name: [] for name in checkouts}
     for r in range(args.rounds):
         order = list(checkouts)[r % len(checkouts):] + list(checkouts)[: r % len(checkouts)]
@@ -97,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         added = f", {shlex.join(extras[name])}" if extras[name] else ""
         print(f"| {name} ({checkouts[name]}{added}) | {statistics.median(rates[name]):,.0f} | "
               f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+    print("\nThe machine:\n\n" + "\n".join(machine_markdown(finish_record(record))))
     return 0
 
 

@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides["compile_mode"] = args.compile_mode
     settings = Settings.for_mode(mode, device=args.device, **overrides)
     command = f"OMP_NUM_THREADS={threads} python -m benchmarks {shlex.join(sys.argv[1:] if argv is None else argv)}".strip()
+    from dsf_lightning._machine import machine_record
+
+    record = machine_record(own_processes=1)  # the parts run one at a time (a fresh process waited for)
     machine = machine_info()
+    machine["load average at start"] = ", ".join(f"{x:.2f}" for x in record["load_start"] or []) or "n/a"  # one reading
     machine["allocator"] = ("glibc, large blocks kept for reuse (as dsf training sets it)" if tuned else
                             f"glibc default ({MALLOC_TUNING_ENV}=0 or not glibc)")
     print(f"{command}\n" + "\n".join(f"  {k}: {v}" for k, v in machine.items()), flush=True)
@@ -197,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(part)
         print(f"{part.title}\n\n{part.markdown}", flush=True)
         if previous:
-            part.markdown = (f"_Rerun on its own: `{command}`, {machine['date']}, load average at start "
-                             f"{machine['load average at start']} (the machine otherwise as above)._\n\n{part.markdown}")
+            part.markdown = (f"_Rerun on its own: `{command}`, {machine['date']}, on {record['cpu']}, load average at "
+                             f"start {machine['load average at start']} (the machine record above is this rerun's)._"
+                             f"\n\n{part.markdown}")
         for target in part.targets:
             verdict = {True: "MET", False: "NOT MET", None: "n/a"}[target.met]
             print(f"  target [{verdict}] {target.what}: {target.measured} (goal {target.goal})", flush=True)
@@ -207,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         if previous:
             data = previous[0]
             paths = write_results(args.out, sorted(kept + results, key=lambda p: p.number), command=data["command"],
-                                  machine=data["machine"], total_seconds=data.get("total_seconds", 0.0))
+                                  machine=data["machine"], total_seconds=data.get("total_seconds", 0.0), record=record)
         else:
             paths = write_results(args.out, results, command=command, machine=machine,
-                                  total_seconds=time.perf_counter() - t0)
+                                  total_seconds=time.perf_counter() - t0, record=record)
     print(f"\nwrote {', '.join(str(p) for p in paths.values())} in {(time.perf_counter() - t0) / 60:.1f} min")
     return 0
 

@@ -319,8 +319,13 @@ def _below(values: dict, key: str) -> str:
     return f"{'yes' if diff < 0 else 'no'} ({diff:+.2f})"
 
 
-def report(out: Path, budgets: tuple[float, ...], command: str) -> Path:
-    """Both contenders' curves and budget tables -> ``time_to_quality.{json,md,png}``."""
+def report(out: Path, budgets: tuple[float, ...], command: str, record: dict | None = None) -> Path:
+    """Both contenders' curves and budget tables -> ``time_to_quality.{json,md,png}``; ``record``: the
+    :func:`~dsf_lightning._machine.machine_record` taken before the contenders started (default: one taken
+    now), finished here with the load at the end."""
+    from dsf_lightning._machine import finish_record, machine_markdown, machine_record
+
+    record = finish_record(machine_record(own_processes=2) if record is None else record)
     runs = {name: json.loads((out / f"{name}.json").read_text()) for name in ("peer", "ours")}
     info = {name: json.loads((out / f"{name}.info.json").read_text()) for name in ("peer", "ours")}
     lines = ["# Time to quality on PTB: validation / test perplexity against training CPU minutes", "",
@@ -330,6 +335,7 @@ def report(out: Path, budgets: tuple[float, ...], command: str) -> Path:
              f"{info['ours']['parameters']:,} parameters. One thread each, started together.", "",
              f"Parameters ours / peer: {info['ours']['parameters'] / info['peer']['parameters']:.3f} "
              "(the issue asks for equal counts, +-1%).", "",
+             "The machine (both contenders side by side, one thread each):", "", *machine_markdown(record), "",
              "| CPU minutes | peer best valid | peer test | ours best valid | ours test | ours below on valid | ours below on test |",
              "| ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for minutes in budgets:
@@ -349,7 +355,8 @@ def report(out: Path, budgets: tuple[float, ...], command: str) -> Path:
         lines += ["", f"![validation perplexity against CPU minutes]({plot.name})"]
     md = out / "time_to_quality.md"
     md.write_text("\n".join(lines) + "\n")
-    (out / "time_to_quality.json").write_text(json.dumps({"command": command, "runs": runs, "info": info}, indent=1))
+    (out / "time_to_quality.json").write_text(json.dumps({"command": command, "machine": record, "runs": runs, "info": info},
+                                                                  indent=1))
     return md
 
 
@@ -405,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = "OMP_NUM_THREADS=1 python -m benchmarks.time_to_quality " + shlex.join(argv)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    from dsf_lightning._machine import machine_record
+
+    record = machine_record(own_processes=2)  # before the two contenders start: the load is others' work
     children = [subprocess.Popen([sys.executable, "-m", "benchmarks.time_to_quality", *argv, "--contender", name],
                                  cwd=ROOT, env=env) for name in ("peer", "ours")]
     try:
@@ -417,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a contender failed (exit codes {codes})", file=sys.stderr)
         return 1
     budgets = tuple(b for b in args.budgets if b <= args.minutes) or (args.minutes,)
-    md = report(out, budgets, command)
+    md = report(out, budgets, command, record)
     print(md.read_text())
     return 0
 

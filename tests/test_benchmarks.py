@@ -48,3 +48,21 @@ def test_suite_writes_results(tmp_path):
     for heading in ("## Targets", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 6. ", "## 7. ", "## 8. "):
         assert heading in md
     assert "python -m benchmarks --tiny" in md
+
+
+def test_the_report_records_the_machine_and_its_load_also_after_a_rerun_of_one_part(tmp_path):
+    """Issue 39: RESULTS.md and results.json carry the machine record (CPU, ISA flags, cores, torch, oneDNN,
+    load at start and end, loaded or not), written by the first run and again by an ``--only`` rerun."""
+    from .test_machine import assert_records_the_machine
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "DSF_DATA_ROOT": os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))}
+    for only in ("6", "score-document"):  # the second keeps part 6 of the first: the --only path
+        done = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--only", only, "--out", str(tmp_path)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results = json.loads((tmp_path / "results.json").read_text())
+        md = (tmp_path / "RESULTS.md").read_text()
+        assert_records_the_machine(md, results["machine_record"])
+    assert "## 6. " in md and "## 8. " in md
+    assert f"on {results['machine_record']['cpu']}, load average at start" in md  # the rerun part names its CPU

@@ -40,6 +40,9 @@ def test_tiny_run_writes_table_json_and_plot(tmp_path, monkeypatch):
     assert saved["ordering"]["relations"].keys() == {"delta-rnn < elman"}
     table = (out / "README.md").read_text()
     assert "| 1 |" in table and "| 2 |" in table and "delta-rnn < elman" in table
+    from .test_machine import assert_records_the_machine
+
+    assert_records_the_machine(table, saved["machine"])  # issue 39: the machine and its load
     import matplotlib.image
 
     image = matplotlib.image.imread(out / "curves.png")

@@ -20,6 +20,9 @@ def test_two_checkouts_are_timed_alternately_and_compared(tiny_folder, capsys):
     rows = [line for line in out.splitlines() if line.startswith("| a (") or line.startswith("| b (")]
     assert len(rows) == 2 and rows[0].endswith("| 1.00x (1.00-1.00) |")
     assert all(float(row.split("|")[2].replace(",", "")) > 0 for row in rows)
+    from .test_machine import assert_records_the_machine
+
+    assert_records_the_machine(out.split("The machine:", 1)[1])  # issue 39: the report names its machine
 
 
 def test_a_checkout_that_is_not_one_is_refused(tmp_path, capsys):

@@ -40,4 +40,27 @@ def test_time_to_quality_tiny_run_reports_both_contenders(tmp_path):
     assert report["info"]["ours"]["allocator_tuned"] is (glibc and env.get("DSF_MALLOC_TUNING", "1") != "0")
     markdown = (tmp_path / "time_to_quality.md").read_text()
     assert "| 0.2 |" in markdown and "python -m benchmarks.time_to_quality" in markdown
+    from .test_machine import assert_records_the_machine
+
+    assert_records_the_machine(markdown, report["machine"])  # issue 39: the machine both trained on
     assert (tmp_path / "time_to_quality.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_report_records_the_machine_and_its_load(tmp_path):
+    """Issue 39: time_to_quality.md and .json carry the machine record taken before the contenders started,
+    finished with the load at the end (the report written from stand-in curves: no training)."""
+    from benchmarks import time_to_quality
+    from dsf_lightning._machine import machine_record
+
+    from .test_machine import assert_records_the_machine
+
+    for name, ppl in (("peer", 120.0), ("ours", 110.0)):
+        at = {"minutes": 0.1, "cpu_seconds": 6.0, "best_val_ppl": ppl, "test_ppl": ppl - 3, "tokens": 1000}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"name": name, "at_budget": [at], "curve": [
+            {"cpu_seconds": 6.0, "tokens": 1000, "val_loss": math.log(ppl), "val_ppl": ppl}]}))
+        (tmp_path / f"{name}.info.json").write_text(json.dumps({"parameters": 1000, "recipe": "r.yaml"}))
+    started = machine_record(own_processes=2)
+    md = time_to_quality.report(tmp_path, (0.1,), "OMP_NUM_THREADS=1 python -m benchmarks.time_to_quality", started)
+    saved = json.loads((tmp_path / "time_to_quality.json").read_text())
+    assert saved["machine"]["started"] == started["started"] and saved["machine"]["own_processes"] == 2
+    assert_records_the_machine(md.read_text(), saved["machine"])

@@ -32,6 +32,9 @@ if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() el
     exit 2
 fi
 
+MACHINE=$(mktemp)  # the machine record (CPU, ISA, cores, torch, oneDNN, load) from the start, for the report
+"$PYTHON" -m dsf_lightning._machine start "$MACHINE"
+
 failed=()
 step() {  # step NAME COMMAND...: run it, remember a failure, go on
     local name="$1"; shift
@@ -70,6 +73,8 @@ fit_speed() {
         echo
         echo "Written by \`bash benchmarks/cuda/run_all.sh\`. Training tokens/s = ($STEPS_LONG - $STEPS_SHORT) steps x 64 streams x 35 tokens"
         echo "over the wall-time difference of a $STEPS_LONG-step and a $STEPS_SHORT-step run (start-up, capture and the final validation cancel)."
+        echo
+        "$PYTHON" -m dsf_lightning._machine end "$MACHINE"
         echo
         echo "| cuda_graphs | s ($STEPS_SHORT steps) | s ($STEPS_LONG steps) | k tokens/s |"
         echo "| --- | --- | --- | --- |"

@@ -4,6 +4,8 @@
 #   DSF_DATA_ROOT=/path/to/data bash benchmarks/hub_gpu/train.sh OUT
 set -u
 out=$(realpath -m "$1"); root=$(cd "$(dirname "$0")/../.." && pwd); mkdir -p "$out"
+# the machine record (CPU, ISA, cores, torch, oneDNN, load at start and end) -> $out/machine.md
+"${PY:-python3}" -m dsf_lightning._machine start "$out/machine.json" --own-processes 6
 run() { local name=$1; shift; mkdir -p "$out/$name"
   (cd "$out/$name" && OMP_NUM_THREADS=2 dsf fit "$@" --trainer.enable_progress_bar false > log.txt 2>&1; echo "rc $?" >> log.txt) & }
 run D64 --config "$root/recipes/ptb/delta_rnn_hub.yaml"
@@ -15,3 +17,4 @@ run C64 --config "$root/recipes/ptb_char/delta_rnn_hub.yaml" --data.batch_size 6
 wait
 cd "$out/C128" && OMP_NUM_THREADS=2 dsf fit --config "$root/recipes/ptb_char/delta_rnn_hub.yaml" --trainer.enable_progress_bar false \
   --ckpt_path runs/ptb_char/delta_rnn_hub/checkpoints/best.ckpt > log2.txt 2>&1
+"${PY:-python3}" -m dsf_lightning._machine end "$out/machine.json" > "$out/machine.md"

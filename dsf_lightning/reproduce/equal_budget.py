@@ -129,12 +129,17 @@ def _machine() -> str:
     return f"{cpu_model()}, {os.cpu_count()} cores, OMP_NUM_THREADS={threads}"
 
 
-def _markdown(records: list[dict[str, Any]], verdict: dict[str, Any], args: argparse.Namespace, command: str) -> str:
+def _markdown(records: list[dict[str, Any]], verdict: dict[str, Any], args: argparse.Namespace, command: str,
+              machine: dict[str, Any]) -> str:
+    from .._machine import machine_markdown
+
     ranked = sorted(records, key=lambda r: r["test_ppl"])
     lines = [
         "# PTB at an equal parameter budget and equal CPU time",
         "",
         f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} ({_machine()}).",
+        "",
+        *machine_markdown(machine),
         "",
         f"Every model: one layer, tied embedding (its width follows the hidden size), budget `{args.budget}` "
         f"parameters, {args.cpu_minutes:g} CPU minutes of training batches (process CPU time, validation "
@@ -192,6 +197,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     data = LanguageModelDataModule(corpus=args.corpus, data_root=args.data_root, batch_size=args.batch_size,
                                    bptt=args.bptt, eval_batch_size=10)
+    from .._machine import finish_record, machine_record
+
+    machine = machine_record(own_processes=1)  # the models train one after another
     data.prepare_data()
     data.setup("fit")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -207,10 +215,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     verdict = ordering_holds(records)
     command = "OMP_NUM_THREADS=1 python -m dsf_lightning.reproduce.equal_budget " + " ".join(
         sys.argv[1:] if argv is None else argv)
-    (args.out / "results.json").write_text(json.dumps({"records": records, "ordering": verdict,
+    finish_record(machine)
+    (args.out / "results.json").write_text(json.dumps({"records": records, "ordering": verdict, "machine": machine,
                                                        "args": {k: str(v) for k, v in vars(args).items()}}, indent=1))
     _plot(records, args.out / "curves.png")
-    (args.out / "README.md").write_text(_markdown(records, verdict, args, command))
+    (args.out / "README.md").write_text(_markdown(records, verdict, args, command, machine))
     return records
 
 
