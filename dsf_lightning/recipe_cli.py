@@ -311,6 +311,9 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
             return parser
 
         def add_arguments_to_parser(self, parser) -> None:
+            from .training.precision import allow_auto_precision
+
+            allow_auto_precision(parser)  # --trainer.precision auto: resolved in instantiate_trainer
             parser.add_argument(
                 "--nonfinite_guard", type=bool, default=True,
                 help="add NonFiniteGuard (skip NaN / inf steps, stop on non-finite weights) unless trainer.callbacks "
@@ -408,6 +411,9 @@ def lightning_cli(argv: Sequence[str], run: bool = True, allow_remote_paths: boo
                     # an existing file is replaced only when the command line itself names it, never a recipe
                     named = any(key == "predict_output" for key, _ in command_line_values(argv))
                     kwargs["callbacks"] = [*callbacks, TokenLogprobWriter(output, overwrite=named)]
+            from .training.precision import resolve_auto_precision  # precision auto: timed here (Lightning takes none)
+
+            kwargs.update(resolve_auto_precision(config, self.model, self.datamodule))
             return super().instantiate_trainer(**kwargs)
 
     if task_mode:
