@@ -24,10 +24,13 @@ from .hub.folder import (
     LANGUAGE_MODEL,
     TASKS,
     TEXT_CLASSIFICATION,
+    ClassifierFolder,
     PretrainedFormatError,
     check_folder,
     folder_task,
+    read_folder,
     read_json,
+    resolve_dtype,
 )
 from .hub.registry import HUB_KEYWORDS, PUBLISHED, cached_copy, check_keywords, load_with, resolve
 from .model import LMConfig, RecurrentLM
@@ -128,18 +131,19 @@ def _parameters(task: str, model: dict) -> int:
 
 
 def load_folder(folder, *, task: str = LANGUAGE_MODEL, dtype=None):
-    """Load the model folder ``folder`` strictly: :func:`~dsf_lightning.model.pretrained.load_pretrained` for a language model,
-    :func:`~dsf_lightning.tasks.pretrained.load_classifier` for a text classifier; ``task`` (see the module docstring) says which
-    kinds are accepted."""
+    """Load the model folder ``folder`` strictly, top-down: read it as the kind ``task`` names (see the module
+    docstring; :func:`~dsf_lightning.hub.folder.read_folder`), then build its model:
+    :func:`~dsf_lightning.model.pretrained.load_pretrained` for a language model,
+    :func:`~dsf_lightning.tasks.pretrained.load_classifier` for a text classifier."""
     if task != AUTO and task not in TASKS:
         raise ValueError(f"task must be one of {[*TASKS, AUTO]}, got {task!r}")
-    if task == AUTO:
-        task = folder_task(check_folder(folder))
-    if task == TEXT_CLASSIFICATION:
+    dtype = resolve_dtype(dtype)  # a bad dtype fails before the folder is read
+    files = read_folder(folder, task)
+    if isinstance(files, ClassifierFolder):
         from .tasks.pretrained import load_classifier
 
-        return load_classifier(folder, dtype=dtype)
-    return load_pretrained(folder, dtype=dtype)
+        return load_classifier(files, dtype=dtype)
+    return load_pretrained(files, dtype=dtype)
 
 
 def load(name_or_path, *, revision: str | None = None, dtype=None, task: str = LANGUAGE_MODEL, **hub):

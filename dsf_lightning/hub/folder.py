@@ -1,11 +1,19 @@
-"""What every model folder shares, whatever it holds (a language model, :mod:`.format`; a text classifier,
-:mod:`.classifier`): the file names, the ``task`` that tells the kinds apart, checksums, bounded reading,
-the atomic write, weights in strict safetensors (float16 storage, shared tensors stored once) and the strict
-match of stored tensors against the model config.json describes.
+"""The model folder format, public: what every model folder holds, and one object per kind of folder.
 
-``config.json``'s ``task`` names what the folder holds: ``"language-model"`` (also every folder written
-before the field existed) or ``"text-classification"``. Each loader refuses the other kind with
-:class:`WrongTaskError`, whose message names the loader to use.
+:class:`LanguageModelFolder` and :class:`ClassifierFolder` (both :class:`ModelFolder`) are a folder's files:
+``config`` (config.json), ``vocab_json``, ``tokenizer_json`` (a language model also ``hf_tokenizer_json``, the
+``tokenizers``-library tokenizer.json), the weights (``tensors``, ``metadata``) and ``card`` (README.md).
+``read(path)`` reads one strictly (:func:`read_folder`: whichever kind config.json's ``task`` says), ``write(path)``
+writes one atomically. A load reads top-down: the hub reads the folder, then the model's own module builds the
+model from it (:func:`dsf_lightning.model.pretrained.load_pretrained`, :func:`dsf_lightning.tasks.pretrained.load_classifier`,
+which also take a path) and turns a model back into a folder (``to_folder`` / ``save_pretrained``).
+
+What the kinds share lives here too: the file names, the ``task`` that tells the kinds apart, checksums, bounded
+reading, the atomic write, weights in strict safetensors (float16 storage, shared tensors stored once) and the
+strict match of stored tensors against the model config.json describes. ``config.json``'s ``task`` names what
+the folder holds: ``"language-model"`` (also every folder written before the field existed) or
+``"text-classification"``. Reading a folder as the other kind is a :class:`WrongTaskError`, whose message names
+the loader to use. The user's page on the format is docs/hub-format.md.
 """
 
 from __future__ import annotations
@@ -15,14 +23,16 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from .._json import JSONLimitError, loads_bounded
 from . import _atomic, _safetensors
+from .card import MAX_CARD_BYTES, build_model_card, normalize_eval_results, read_card
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +91,10 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_text(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
+def write_file(path: Path, data: bytes) -> None:
+    """Write one file of a folder being built (looked up when called: tests replace it to fail or die mid-save)."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def plain_json(value: Any, what: str) -> Any:
@@ -247,65 +258,6 @@ def config_header(task: str) -> dict:
         "library_version": __version__,
         "torch_version": torch.__version__.split("+")[0],
     }
-
-
-def write_folder(
-    folder: Path,
-    tensors: dict[str, torch.Tensor],
-    metadata: dict[str, str],
-    texts: dict[str, str],
-    config: dict,
-    card_for: Callable[[dict[str, int]], str],
-    *,
-    write_text: Callable[[Path, str], None] = write_text,
-) -> Path:
-    """Write a model folder atomically (:mod:`._atomic`): ``model.safetensors``, the ``texts`` files, then
-    ``config.json`` (``config`` with ``files``: every file above with its sha256 and size; a ``files`` key
-    already in ``config`` keeps its place) and ``README.md`` (``card_for(sizes of the files)``)."""
-
-    def write(tmp: Path) -> None:
-        with open(tmp / WEIGHTS_FILE, "wb") as f:
-            f.write(_safetensors.serialize(tensors, metadata))
-        for name, text in texts.items():
-            write_text(tmp / name, text)
-        written = [WEIGHTS_FILE, *texts]
-        full = dict(config)
-        full["files"] = {name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size} for name in written}
-        write_text(tmp / CONFIG_FILE, json.dumps(full, indent=2, ensure_ascii=False) + "\n")
-        sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *written)}
-        write_text(tmp / CARD_FILE, card_for(sizes))
-
-    path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
-    logger.info("saved %s (%s weights)", path, metadata.get("dtype"))
-    return path
-
-
-def save_folder(
-    folder,
-    snapshot,
-    tensors: dict[str, torch.Tensor],
-    metadata: dict[str, str],
-    texts: dict[str, str],
-    config: dict,
-    *,
-    eval_results: list[dict] | None = None,
-    card_extra: dict | None = None,
-    write_text: Callable[[Path, str], None] = write_text,
-) -> Path:
-    """:func:`write_folder` with ``snapshot``'s model card (:func:`~.card.build_model_card`, ``eval_results``
-    checked and ``card_extra`` applied). The card is built once before the disk is touched, so bad
-    ``eval_results`` / ``card_extra`` fail early, and again with the sizes of the written files."""
-    from .card import build_model_card, normalize_eval_results
-
-    folder = Path(folder).expanduser()
-    if eval_results is not None:
-        eval_results = normalize_eval_results(eval_results)
-    build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, name=folder.name)  # fail early
-
-    def card_for(sizes: dict[str, int]) -> str:
-        return str(build_model_card(snapshot, eval_results=eval_results, card_extra=card_extra, files=sizes, name=folder.name))
-
-    return write_folder(folder, tensors, metadata, texts, config, card_for, write_text=write_text)
 
 
 # =============================================================================================== loading
@@ -629,4 +581,204 @@ def check_folder(folder) -> Path:
     return folder
 
 
-# =============================================================================================== checkpoints
+# =============================================================================================== the folder kinds
+@dataclass
+class CardInfo:
+    """README.md, the model card. To write: ``source``, the in-memory model it describes (what
+    :func:`~.card.build_model_card` reads), with ``eval_results`` (the model-index results) and ``card_extra``
+    (field overrides). Read: ``data``, what a save keeps of it (:func:`~.card.read_card`: license and results), and
+    ``readme``, the file's bytes (None: absent or larger than a card can be), written as they are when there is no
+    ``source``. The card is documentation: it is not checksummed, and loading never fails for it."""
+
+    source: Any = None
+    eval_results: list[dict] | None = None
+    card_extra: dict | None = None
+    data: dict | None = None
+    readme: bytes | None = None
+
+
+def _readme(folder: Path) -> bytes | None:
+    path = folder / CARD_FILE
+    try:
+        if path.stat().st_size > MAX_CARD_BYTES:
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+@dataclass
+class ModelFolder:
+    """The files of one model folder, whatever model it holds (the kinds: :class:`LanguageModelFolder`,
+    :class:`ClassifierFolder`).
+
+    :meth:`read` checks config.json's header (format, version, ``task``: a folder of another kind is a
+    :class:`WrongTaskError`) and file records, and reads every JSON file against its checksum; the weights are
+    read by :meth:`read_weights` once the model config.json describes is known, since that model bounds them.
+    :meth:`write` writes the folder atomically. The models turn a folder into a model and back
+    (:mod:`dsf_lightning.model.pretrained`, :mod:`dsf_lightning.tasks.pretrained`).
+    """
+
+    #: config.json (read: checked; to write: ``files`` is filled in with every file's sha256 and size)
+    config: dict
+    #: vocab.json's bytes: the vocabulary
+    vocab_json: bytes
+    #: dsf_tokenizer.json's bytes: this library's tokenizer (options and learned state)
+    tokenizer_json: bytes
+    #: model.safetensors' tensors and metadata (:func:`state_for_saving`); read: set by :meth:`read_weights`
+    tensors: dict[str, torch.Tensor] | None = None
+    metadata: dict[str, str] | None = None
+    #: README.md
+    card: CardInfo = field(default_factory=CardInfo)
+    #: where the folder was read from or written to
+    path: Path | None = None
+    _header: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    task: ClassVar[str] = ""
+    #: the format versions :meth:`read` accepts
+    readable_versions: ClassVar[tuple[int, ...]] = (FORMAT_VERSION,)
+
+    @property
+    def tokenizer_file(self) -> str:
+        """The file :attr:`tokenizer_json` is read from."""
+        return DSF_TOKENIZER_FILE
+
+    def json_files(self) -> dict[str, bytes]:
+        """The JSON files besides config.json, by name, in the order config.json's ``files`` lists them."""
+        return {VOCAB_FILE: self.vocab_json, DSF_TOKENIZER_FILE: self.tokenizer_json}
+
+    @classmethod
+    def _optional_files(cls, config: dict) -> tuple[str, ...]:
+        return ()
+
+    @classmethod
+    def read(cls, path) -> ModelFolder:
+        """Read the folder at ``path`` strictly (see the class docstring); raises :class:`PretrainedFormatError`."""
+        folder = check_folder(path)
+        config = read_config_header(folder, cls.task, cls.readable_versions)
+        self = cls(config=config, vocab_json=b"", tokenizer_json=b"", path=folder)
+        optional = tuple(name for name in cls._optional_files(config) if name in config["files"])
+        check_file_records(folder / CONFIG_FILE, config, (WEIGHTS_FILE, VOCAB_FILE, self.tokenizer_file, *optional))
+        self.vocab_json = checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES)
+        self.tokenizer_json = checked_bytes(folder, self.tokenizer_file, config, MAX_JSON_BYTES)
+        self._read_optional(folder, optional)
+        self.card = CardInfo(data=read_card(folder), readme=_readme(folder))
+        return self
+
+    def _read_optional(self, folder: Path, names: tuple[str, ...]) -> None:
+        pass
+
+    def weights_header(self) -> tuple[dict, dict[str, str]]:
+        """``(tensor entries, metadata)`` of model.safetensors' header (:func:`read_weights_header`; read once)."""
+        if self._header is None:
+            self._header = read_weights_header(self.path, self.config)
+        return self._header
+
+    def check_sizes(self, sizes: dict[str, int], layers: tuple[str, int]) -> None:
+        """The sizes config.json gives against the weights' header, before any model is built (:func:`check_config_sizes`)."""
+        check_config_sizes(self.path / CONFIG_FILE, self.weights_header()[0], sizes, layers)
+
+    def check_shapes(self, expected: dict[str, torch.Tensor], described: str) -> None:
+        """The weights' header against the state dict of the model config.json describes (built on the meta
+        device: :func:`check_weights_header`)."""
+        check_weights_header(self.path, self.config, self.weights_header(), expected, described)
+
+    def read_weights(self, expected: dict[str, torch.Tensor], described: str) -> tuple[dict, dict, dict]:
+        """``(tensors, metadata, aliases)`` of model.safetensors, bounded by the model ``expected`` (its state dict)
+        and checked (:func:`read_weights`); kept as :attr:`tensors` and :attr:`metadata`."""
+        self.tensors, self.metadata, aliases = read_weights(self.path, self.config, expected, described)
+        return self.tensors, self.metadata, aliases
+
+    def write(self, path) -> Path:
+        """Write the folder to ``path`` atomically (:mod:`._atomic`: built as a hidden sibling, swapped into place
+        when complete; an existing folder is replaced only if empty or a model folder) and return its path:
+        ``model.safetensors``, the JSON files, ``config.json`` (with ``files``: every file above with its sha256 and
+        size) and ``README.md`` (built from :attr:`card`'s ``source``, once before the disk is touched so bad results
+        fail early, and again with the sizes of the written files; without a source, the ``readme`` read)."""
+        folder = Path(path).expanduser()
+        if self.tensors is None or self.metadata is None:
+            raise ValueError("the folder has no weights to write: give tensors and metadata (state_for_saving), or "
+                             "read them first (read_weights, which load_pretrained / load_classifier call)")
+        if self.card.source is None and self.card.readme is None:
+            raise ValueError("the folder has no model card to write: give card=CardInfo(source=...) (the in-memory model)")
+        eval_results = self.card.eval_results
+        if eval_results is not None:
+            eval_results = normalize_eval_results(eval_results)
+
+        def card(sizes: dict[str, int] | None = None) -> bytes:
+            if self.card.source is None:
+                return self.card.readme
+            return str(build_model_card(self.card.source, eval_results=eval_results, card_extra=self.card.card_extra,
+                                        files=sizes, name=folder.name)).encode("utf-8")
+
+        card()  # fail early
+        files = self.json_files()
+
+        def write(tmp: Path) -> None:
+            write_file(tmp / WEIGHTS_FILE, _safetensors.serialize(self.tensors, self.metadata))
+            for name, data in files.items():
+                write_file(tmp / name, data)
+            written = [WEIGHTS_FILE, *files]
+            full = dict(self.config)
+            full["files"] = {name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size} for name in written}
+            write_file(tmp / CONFIG_FILE, (json.dumps(full, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+            sizes = {name: (tmp / name).stat().st_size for name in (CONFIG_FILE, *written)}
+            write_file(tmp / CARD_FILE, card(sizes))
+
+        self.path = _atomic.write_folder_atomically(folder, write, may_replace=_is_pretrained_folder)
+        logger.info("saved %s (%s weights)", self.path, self.metadata.get("dtype"))
+        return self.path
+
+
+@dataclass
+class LanguageModelFolder(ModelFolder):
+    """A language-model folder (``task: language-model``; :mod:`dsf_lightning.model.pretrained` builds its
+    model). Format version 1 folders are read too: they held this library's tokenizer in tokenizer.json."""
+
+    #: tokenizer.json's bytes: a ``tokenizers``-library file, where one gives exactly the model's ids (None: absent)
+    hf_tokenizer_json: bytes | None = None
+
+    task: ClassVar[str] = LANGUAGE_MODEL
+    readable_versions: ClassVar[tuple[int, ...]] = (1, 2)
+
+    @property
+    def tokenizer_file(self) -> str:
+        return DSF_TOKENIZER_FILE if self.config.get("format_version", FORMAT_VERSION) >= 2 else HF_TOKENIZER_FILE
+
+    def json_files(self) -> dict[str, bytes]:
+        files = super().json_files()
+        if self.hf_tokenizer_json is not None:
+            files[HF_TOKENIZER_FILE] = self.hf_tokenizer_json
+        return files
+
+    @classmethod
+    def _optional_files(cls, config: dict) -> tuple[str, ...]:
+        return (HF_TOKENIZER_FILE,) if config["format_version"] >= 2 else ()
+
+    def _read_optional(self, folder: Path, names: tuple[str, ...]) -> None:
+        # not read by this library, but served to tokenizers users: checked to be intact (and by the model's
+        # loader to give its ids)
+        if HF_TOKENIZER_FILE in names:
+            self.hf_tokenizer_json = checked_bytes(folder, HF_TOKENIZER_FILE, self.config, MAX_JSON_BYTES)
+
+
+@dataclass
+class ClassifierFolder(ModelFolder):
+    """A text-classifier folder (``task: text-classification``; :mod:`dsf_lightning.tasks.pretrained` builds its
+    classifier). Its config.json also holds ``labels``, ``max_length`` and ``keep``."""
+
+    task: ClassVar[str] = TEXT_CLASSIFICATION
+
+
+#: the folder kind of each task
+FOLDER_KINDS: dict[str, type[ModelFolder]] = {LANGUAGE_MODEL: LanguageModelFolder, TEXT_CLASSIFICATION: ClassifierFolder}
+
+
+def read_folder(path, task: str = AUTO) -> ModelFolder:
+    """The model folder at ``path`` read strictly as the kind ``task`` names (:data:`AUTO`: the kind config.json's
+    ``task`` says)."""
+    if task == AUTO:
+        task = folder_task(check_folder(path))
+    if task not in FOLDER_KINDS:
+        raise ValueError(f"task must be one of {[*TASKS, AUTO]}, got {task!r}")
+    return FOLDER_KINDS[task].read(path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from .folder import FOLDER_KINDS
 from .publish import push_to_hub
 from .registry import HUB_KEYWORDS, check_keywords, dtype_argument, load_with
 
@@ -81,9 +82,11 @@ class PretrainedModelMixin:
         dtype=None,
         **unknown,
     ):
-        """The model of a published name, a Hub repo id (``owner/name``) or a local folder, loaded strictly
-        (:func:`dsf_lightning.hub.registry.resolve`, then the class's folder loader), in eval mode. A folder of another kind (a text classifier
-        for a language model, or the reverse) is a :class:`~dsf_lightning.hub.WrongTaskError` naming its loader.
+        """The model of a published name, a Hub repo id (``owner/name``) or a local folder, loaded strictly, in eval
+        mode: :func:`dsf_lightning.hub.registry.resolve`, then the folder read as its kind's object
+        (:data:`~.folder.FOLDER_KINDS`), then the class's loader builds the model from it. A folder of another kind (a
+        text classifier for a language model, or the reverse) is a :class:`~dsf_lightning.hub.WrongTaskError` naming
+        its loader.
 
         ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``: as in
         huggingface_hub, for the download (``snapshot_download`` of the model's files only). ``device``:
@@ -93,7 +96,12 @@ class PretrainedModelMixin:
         """
         dtype = dtype_argument(f"{cls.__name__}.from_pretrained", dtype, unknown)
         check_keywords(f"{cls.__name__}.from_pretrained", unknown, (*HUB_KEYWORDS, "device", "dtype", "torch_dtype"))
-        _, _, load_folder = cls._pretrained_format()
+        _, _, build = cls._pretrained_format()
+        kind = FOLDER_KINDS[cls._hub_task]  # read the folder (a folder of another kind: WrongTaskError), then build
+
+        def load_folder(folder, dtype):
+            return build(kind.read(folder), dtype=dtype)
+
         pretrained = load_with(load_folder, pretrained_model_name_or_path, revision=revision, dtype=dtype, device=device, cache_dir=cache_dir,
                                force_download=force_download, local_files_only=local_files_only, token=token)
         model = pretrained.model

@@ -53,25 +53,20 @@ from ..data.tokenizers import (
     TokenizerError,
 )
 from ..data.vocab import Vocabulary, VocabularyError
-from ..hub.card import kept_card, read_card
+from ..hub.card import kept_card
 from ..hub.folder import (
     CELL_FIX,
     CONFIG_FILE,
-    DSF_TOKENIZER_FILE,
     HF_TOKENIZER_FILE,
     LANGUAGE_MODEL,
-    MAX_JSON_BYTES,
     REDO,
     VOCAB_FILE,
     WEIGHTS_FILE,
+    CardInfo,
+    LanguageModelFolder,
     PretrainedFormatError,
-    check_config_sizes,
-    check_file_records,
-    check_folder,
     check_normalize,
     check_vocab_size,
-    check_weights_header,
-    checked_bytes,
     config_header,
     fingerprint,
     format_error,
@@ -80,15 +75,10 @@ from ..hub.folder import (
     match_state,
     parse_tokenizer,
     plain_info,
-    read_config_header,
-    read_weights,
-    read_weights_header,
     resolve_dtype,
-    save_folder,
     state_for_saving,
     tokenizer_record,
     unknown_cell_error,
-    write_text,
 )
 from ..hub.hf_tokenizer import hf_tokenizer_json, hf_tokenizer_mismatch
 from ..hub.mixin import register_folder_format
@@ -96,11 +86,6 @@ from .recurrent_lm import LMConfig, ModelConfigError, RecurrentLM
 
 logger = logging.getLogger(__name__)
 
-READABLE_VERSIONS = (1, 2)  # 1: our tokenizer in tokenizer.json
-TOKENIZER_FILE = DSF_TOKENIZER_FILE  # where this library's tokenizer lives in the current format
-LEGACY_TOKENIZER_FILE = HF_TOKENIZER_FILE  # where format version 1 kept it
-CHECKSUMMED = (WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE)  # always present (format version 2)
-OPTIONAL_CHECKSUMMED = (HF_TOKENIZER_FILE,)  # present where exact; checked when config.json records it
 TIED = {"decoder.weight": "embedding.weight"}  # what tie_weights means in a RecurrentLM
 
 
@@ -166,6 +151,18 @@ def save_pretrained(
     card ``pretrained`` was loaded with, else from ``info["metrics"]``). ``card_extra``: card field / metadata
     overrides (see :func:`~dsf_lightning.hub.card.build_model_card`; the loaded card's ``license`` is kept).
     """
+    return to_folder(pretrained, dtype=dtype, eval_results=eval_results, card_extra=card_extra).write(folder)
+
+
+def to_folder(
+    pretrained: Pretrained,
+    *,
+    dtype: str | None = None,
+    eval_results: list[dict] | None = None,
+    card_extra: dict | None = None,
+) -> LanguageModelFolder:
+    """The :class:`~dsf_lightning.hub.folder.LanguageModelFolder` of ``pretrained`` (its files, not yet written:
+    :meth:`~dsf_lightning.hub.folder.ModelFolder.write` writes them); the options as in :func:`save_pretrained`."""
     if not isinstance(pretrained.model, RecurrentLM):
         raise TypeError(f"pretrained.model must be a RecurrentLM, got {type(pretrained.model).__name__}")
     info = plain_info(pretrained.info, "Pretrained.info")
@@ -177,23 +174,23 @@ def save_pretrained(
     snapshot = Pretrained(pretrained.model, pretrained.vocab, pretrained.tokenizer, info, normalize)
     hf_tokenizer = hf_tokenizer_json(pretrained.tokenizer, pretrained.vocab, normalize)
 
-    texts = {VOCAB_FILE: pretrained.vocab.to_json(), DSF_TOKENIZER_FILE: pretrained.tokenizer.to_json()}
-    if hf_tokenizer is not None:
-        texts[HF_TOKENIZER_FILE] = hf_tokenizer
     config = {
         **config_header(LANGUAGE_MODEL),
         "model": pretrained.model.config.to_dict(),
         "info": info,
         "weights": {"dtype": dtype, "tied_weights": json.loads(metadata["tied_weights"]), "aliases": json.loads(metadata["aliases"])},
-        "files": None,  # filled in by save_folder: the sha256 and size of every file above
+        "files": None,  # filled in by LanguageModelFolder.write: the sha256 and size of every file above
         # what the model was trained with: checked on load, so a swapped tokenizer.json / vocab.json is
         # refused even when a forger rehashed "files" (issue 13 item 6)
         **identity_records(pretrained.tokenizer, pretrained.vocab),
         **({"normalize": normalize} if normalize else {}),  # the text normalizer (absent: none)
     }
-    # write_text is looked up here, at call time (tests replace it to fail or die mid-save)
-    return save_folder(folder, snapshot, tensors, metadata, texts, config, eval_results=eval_results,
-                       card_extra=card_extra, write_text=write_text)
+    return LanguageModelFolder(
+        config=config, vocab_json=pretrained.vocab.to_json().encode("utf-8"),
+        tokenizer_json=pretrained.tokenizer.to_json().encode("utf-8"),
+        hf_tokenizer_json=hf_tokenizer.encode("utf-8") if hf_tokenizer is not None else None,
+        tensors=tensors, metadata=metadata, card=CardInfo(snapshot, eval_results, card_extra),
+    )
 
 
 def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
@@ -206,33 +203,27 @@ def identity_records(tokenizer: Tokenizer, vocab: Vocabulary) -> dict:
 
 
 # =============================================================================================== loading
-def _read_config(folder: Path) -> dict:
-    """config.json of a language-model folder: :func:`~dsf_lightning.hub.folder.read_config_header`, then the model
-    configuration, its cell, and the checksum records of the files it needs."""
-    path = folder / CONFIG_FILE
-    config = read_config_header(folder, LANGUAGE_MODEL, READABLE_VERSIONS)
-    version = config["format_version"]
+def _model_config(files: LanguageModelFolder) -> LMConfig:
+    """The model configuration config.json gives (``model``), with a cell this installation knows."""
+    path = files.path / CONFIG_FILE
     try:
-        config["model_config"] = LMConfig.from_dict(config["model"])
+        lm_config = LMConfig.from_dict(files.config["model"])
     except (ModelConfigError, TypeError, ValueError) as err:
         raise format_error(path, f"the model configuration is invalid: {err}") from None
     try:
-        get_cell(config["model_config"].cell)
+        get_cell(lm_config.cell)
     except UnknownCellError:
-        raise unknown_cell_error(path, config["model_config"].cell) from None
-    config["tokenizer_file"] = tokenizer_file = DSF_TOKENIZER_FILE if version >= 2 else LEGACY_TOKENIZER_FILE
-    required = (WEIGHTS_FILE, VOCAB_FILE, tokenizer_file)
-    optional = OPTIONAL_CHECKSUMMED if version >= 2 else ()
-    check_file_records(path, config, (*required, *(n for n in optional if n in config["files"])))
-    return config
+        raise unknown_cell_error(path, lm_config.cell) from None
+    return lm_config
 
 
-def _check_identity(folder: Path, config: dict, tokenizer: Tokenizer, vocab: Vocabulary) -> None:
+def _check_identity(files: LanguageModelFolder, tokenizer: Tokenizer, vocab: Vocabulary) -> None:
     """tokenizer.json and vocab.json are the ones the model was trained with (config.json's ``tokenizer``
     and ``vocabulary`` records). A folder written before those records existed is checked by what can
     be inferred: ``info.tokenizer`` (written by the checkpoint export) names the kind, and the tokenizer
     must be able to produce the vocabulary's symbols."""
-    config_path, tok_path, vocab_path = folder / CONFIG_FILE, folder / config["tokenizer_file"], folder / VOCAB_FILE
+    folder, config = files.path, files.config
+    config_path, tok_path, vocab_path = folder / CONFIG_FILE, folder / files.tokenizer_file, folder / VOCAB_FILE
     records = {key: config.get(key) for key in ("tokenizer", "vocabulary")}
     for key, rec in records.items():
         fields = ("name", "fingerprint") if key == "tokenizer" else ("size", "fingerprint")
@@ -317,59 +308,51 @@ def _describe(config: LMConfig) -> str:
             f"vocab_size={config.vocab_size}, tie_weights={config.tie_weights}")
 
 
-def _check_sizes(folder: Path, config: dict, lm_config: LMConfig) -> None:
+def _check_sizes(files: LanguageModelFolder, lm_config: LMConfig) -> None:
     """The sizes config.json gives against model.safetensors' header (read alone), before the model is built:
     each size and the layer count bounded by the stored tensors (:func:`~dsf_lightning.hub.folder.check_config_sizes`), then
     the model's shapes on the meta device (nothing allocated) against every stored tensor."""
-    path = folder / CONFIG_FILE
-    header = read_weights_header(folder, config)
     sizes = {"model.vocab_size": lm_config.vocab_size, "model.embedding_size": lm_config.embedding_size}
     sizes.update({f"model.hidden_sizes[{i}]": h for i, h in enumerate(lm_config.hidden_sizes)})
-    check_config_sizes(path, header[0], sizes, ("model.hidden_sizes", len(lm_config.hidden_sizes)))
+    files.check_sizes(sizes, ("model.hidden_sizes", len(lm_config.hidden_sizes)))
     with torch.device("meta"):
-        _, shapes = _expected_state(lm_config, path)
-    check_weights_header(folder, config, header, shapes, _describe(lm_config))
+        _, shapes = _expected_state(lm_config, files.path / CONFIG_FILE)
+    files.check_shapes(shapes, _describe(lm_config))
 
 
 def load_pretrained(folder, *, dtype=None) -> Pretrained:
-    """Read a folder written by :func:`save_pretrained` strictly (see the module docstring).
+    """Read a folder written by :func:`save_pretrained` strictly (see the module docstring), then build its model.
 
-    Returns the model in eval mode on the CPU, float32 unless ``dtype`` (see :func:`resolve_dtype`) asks
-    for float16 / bfloat16: the weights are cast after the strict, checked load. Raises
-    :class:`PretrainedFormatError`.
+    ``folder``: its path, or its :class:`~dsf_lightning.hub.folder.LanguageModelFolder` already read. Returns the
+    model in eval mode on the CPU, float32 unless ``dtype`` (see :func:`resolve_dtype`) asks for float16 /
+    bfloat16: the weights are cast after the strict, checked load. Raises :class:`PretrainedFormatError`.
     """
     dtype = resolve_dtype(dtype)
-    folder = check_folder(folder)
-    config = _read_config(folder)
-    lm_config: LMConfig = config["model_config"]
+    files = folder if isinstance(folder, LanguageModelFolder) else LanguageModelFolder.read(folder)
+    folder, config = files.path, files.config
+    lm_config = _model_config(files)
 
-    vocab_path, tok_path, weights_path = folder / VOCAB_FILE, folder / config["tokenizer_file"], folder / WEIGHTS_FILE
-    vocab_bytes = checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES)
+    vocab_path, tok_path, weights_path = folder / VOCAB_FILE, folder / files.tokenizer_file, folder / WEIGHTS_FILE
     try:
-        vocab = Vocabulary.from_json(vocab_bytes.decode("utf-8"))
+        vocab = Vocabulary.from_json(files.vocab_json.decode("utf-8"))
     except (VocabularyError, TokenizerError, UnicodeDecodeError) as err:
         raise format_error(vocab_path, f"is not a valid vocabulary ({err})") from None
     except (KeyError, TypeError, AttributeError, ValueError) as err:  # should not happen: from_json checks its input
         raise format_error(vocab_path, f"is not a valid vocabulary ({type(err).__name__}: {err})") from None
-    tok_bytes = checked_bytes(folder, config["tokenizer_file"], config, MAX_JSON_BYTES)
-    served = {}  # not read by this library, but served to tokenizers users: must be intact and give our ids
-    for name in OPTIONAL_CHECKSUMMED if config["format_version"] >= 2 else ():
-        if name in config["files"]:
-            served[name] = checked_bytes(folder, name, config, MAX_JSON_BYTES)
-    tokenizer = parse_tokenizer(tok_path, tok_bytes)
+    tokenizer = parse_tokenizer(tok_path, files.tokenizer_json)
     if len(vocab) != lm_config.vocab_size:
         raise format_error(vocab_path, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={lm_config.vocab_size:,}")
     if tokenizer.eos != vocab.eos:
         raise format_error(tok_path, f"ends lines with {tokenizer.eos!r} but the vocabulary's end symbol is {vocab.eos!r}")
-    _check_identity(folder, config, tokenizer, vocab)
-    if HF_TOKENIZER_FILE in served:
-        _check_hf_tokenizer(folder / HF_TOKENIZER_FILE, served[HF_TOKENIZER_FILE], tok_path, tokenizer, vocab, config.get("normalize"))
+    _check_identity(files, tokenizer, vocab)
+    if files.hf_tokenizer_json is not None:  # not read by this library, but served to tokenizers users: must give our ids
+        _check_hf_tokenizer(folder / HF_TOKENIZER_FILE, files.hf_tokenizer_json, tok_path, tokenizer, vocab, config.get("normalize"))
 
     # the model config.json describes, built once its shapes match the weights' header: nothing config.json
     # alone says is allocated
-    _check_sizes(folder, config, lm_config)
+    _check_sizes(files, lm_config)
     model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
-    tensors, meta, aliases = read_weights(folder, config, expected, _describe(lm_config))
+    tensors, meta, aliases = files.read_weights(expected, _describe(lm_config))
     tied = json_metadata(meta, "tied_weights", weights_path)
     if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
         raise format_error(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
@@ -379,10 +362,8 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     if normalize is not None and not (isinstance(normalize, str) and normalize.strip()):
         raise format_error(folder / CONFIG_FILE, f"'normalize' must name a text normalizer (e.g. \"ptb\") or be absent, got {normalize!r:.80}")
     return Pretrained(model=model, vocab=vocab, tokenizer=tokenizer, info=info, normalize=normalize,
-                      storage_dtype=(config.get("weights") or {}).get("dtype"), card_data=read_card(folder))
+                      storage_dtype=(config.get("weights") or {}).get("dtype"), card_data=files.card.data)
 
 
 # RecurrentLM.from_pretrained / save_pretrained / push_to_hub (the hub mixin) read and write this folder
 register_folder_format(RecurrentLM._hub_task, Pretrained, save_pretrained, load_pretrained)
-
-

@@ -47,22 +47,18 @@ from typing import Any, ClassVar
 from .._json import JSONLimitError, loads_bounded
 from .._keep import KEEP
 from ..data.tokenizers import Tokenizer
-from ..hub.card import kept_card, read_card
+from ..hub.card import kept_card
 from ..hub.folder import (
     CONFIG_FILE,
     DSF_TOKENIZER_FILE,
-    MAX_JSON_BYTES,
     TEXT_CLASSIFICATION,
     VOCAB_FILE,
     WEIGHTS_FILE,
+    CardInfo,
+    ClassifierFolder,
     PretrainedFormatError,
-    check_config_sizes,
-    check_file_records,
-    check_folder,
     check_normalize,
     check_vocab_size,
-    check_weights_header,
-    checked_bytes,
     config_header,
     fingerprint,
     format_error,
@@ -71,11 +67,7 @@ from ..hub.folder import (
     parse_tokenizer,
     plain_info,
     plain_json,
-    read_config_header,
-    read_weights,
-    read_weights_header,
     resolve_dtype,
-    save_folder,
     state_for_saving,
     tokenizer_record,
     unknown_cell_error,
@@ -91,7 +83,6 @@ DEFAULT_MAX_LENGTH = 4096
 ARCHITECTURE = ("num_classes", "input_mode", "vocab_size", "input_size", "embedding_size", "cell", "hidden_size",
                 "cell_options", "readout", "end_token")
 TEXT_INPUTS = ("embedding", "one-hot")
-CLASSIFIER_FILES = (WEIGHTS_FILE, VOCAB_FILE, DSF_TOKENIZER_FILE)
 PROTOTYPE_TOP = 5  # words per centroid, as the paper's Table 6
 PROTOTYPE_MIN_COUNT = 10  # a word read fewer times has a noisy mean transition probability
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -192,6 +183,18 @@ def save_classifier(
     "imdb", "split": "test"}]`` (default: from ``info["metrics"]``'s ``<split>_accuracy`` / ``<split>_error``).
     ``card_extra``: card field / metadata overrides (:func:`~dsf_lightning.hub.card.build_model_card`).
     """
+    return to_folder(pretrained, dtype=dtype, eval_results=eval_results, card_extra=card_extra).write(folder)
+
+
+def to_folder(
+    pretrained: PretrainedClassifier,
+    *,
+    dtype: str | None = None,
+    eval_results: list[dict] | None = None,
+    card_extra: dict | None = None,
+) -> ClassifierFolder:
+    """The :class:`~dsf_lightning.hub.folder.ClassifierFolder` of ``pretrained`` (its files, not yet written:
+    :meth:`~dsf_lightning.hub.folder.ModelFolder.write` writes them); the options as in :func:`save_classifier`."""
     if not isinstance(pretrained.model, SequenceClassifier):
         raise TypeError(f"pretrained.model must be a SequenceClassifier, got {type(pretrained.model).__name__}")
     arch = architecture(pretrained.model)
@@ -218,7 +221,6 @@ def save_classifier(
     tensors, metadata = state_for_saving(pretrained.model, dtype)
     snapshot = dataclasses.replace(pretrained, labels=labels, info=info, normalize=normalize)
 
-    texts = {VOCAB_FILE: pretrained.vocab.to_json(), DSF_TOKENIZER_FILE: pretrained.tokenizer.to_json()}
     config = {
         **config_header(TEXT_CLASSIFICATION),
         "model": arch,
@@ -227,12 +229,16 @@ def save_classifier(
         "keep": pretrained.keep,
         "info": info,
         "weights": {"dtype": dtype, "aliases": json.loads(metadata["aliases"])},
-        "files": None,  # filled in by save_folder
+        "files": None,  # filled in by ClassifierFolder.write
         "tokenizer": tokenizer_record(pretrained.tokenizer),
         "vocabulary": vocabulary_record(pretrained.vocab),
         **({"normalize": normalize} if normalize else {}),
     }
-    return save_folder(folder, snapshot, tensors, metadata, texts, config, eval_results=eval_results, card_extra=card_extra)
+    return ClassifierFolder(
+        config=config, vocab_json=pretrained.vocab.to_json().encode("utf-8"),
+        tokenizer_json=pretrained.tokenizer.to_json().encode("utf-8"), tensors=tensors, metadata=metadata,
+        card=CardInfo(snapshot, eval_results, card_extra),
+    )
 
 
 # =============================================================================================== loading
@@ -271,34 +277,32 @@ def _build(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | 
     return model, model.state_dict()
 
 
-def _check_sizes(folder: Path, config: dict, arch: dict) -> None:
+def _check_sizes(files: ClassifierFolder, arch: dict) -> None:
     """The sizes config.json gives against model.safetensors' header, before the classifier is built: each no
     larger than a stored dimension, then the shapes of the classifier built on the meta device (nothing
     allocated) against every stored tensor (:func:`~dsf_lightning.hub.folder.check_weights_header`)."""
     import torch
 
-    path = folder / CONFIG_FILE
-    header = read_weights_header(folder, config)
     fields = ("vocab_size", "hidden_size", *(("embedding_size",) if arch["input_mode"] == "embedding" else ()))
     sizes = {f"model.{name}": arch[name] for name in fields if type(arch[name]) is int}
-    check_config_sizes(path, header[0], sizes, ("model.hidden_size", 1))
+    files.check_sizes(sizes, ("model.hidden_size", 1))
     with torch.device("meta"):
-        _, shapes = _build(arch, path)
-    check_weights_header(folder, config, header, shapes, describe(arch))
+        _, shapes = _build(arch, files.path / CONFIG_FILE)
+    files.check_shapes(shapes, describe(arch))
 
 
 def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
-    """Read a folder written by :func:`save_classifier` strictly (see the module docstring).
+    """Read a folder written by :func:`save_classifier` strictly (see the module docstring), then build its classifier.
 
-    Returns the classifier in eval mode on the CPU, float32 unless ``dtype`` (``torch.float16`` /
-    ``torch.bfloat16`` or the names) asks otherwise (cast after the checked load). Raises
-    :class:`~dsf_lightning.hub.folder.PretrainedFormatError`; :class:`~dsf_lightning.hub.folder.WrongTaskError` for a language-model folder.
+    ``folder``: its path, or its :class:`~dsf_lightning.hub.folder.ClassifierFolder` already read. Returns the
+    classifier in eval mode on the CPU, float32 unless ``dtype`` (``torch.float16`` / ``torch.bfloat16`` or the
+    names) asks otherwise (cast after the checked load). Raises :class:`~dsf_lightning.hub.folder.PretrainedFormatError`;
+    :class:`~dsf_lightning.hub.folder.WrongTaskError` for a language-model folder.
     """
     dtype = resolve_dtype(dtype)
-    folder = check_folder(folder)
+    files = folder if isinstance(folder, ClassifierFolder) else ClassifierFolder.read(folder)
+    folder, config = files.path, files.config
     path = folder / CONFIG_FILE
-    config = read_config_header(folder, TEXT_CLASSIFICATION)
-    check_file_records(path, config, CLASSIFIER_FILES)
     arch = config["model"]
     missing, extra = [k for k in ARCHITECTURE if k not in arch], sorted(set(arch) - set(ARCHITECTURE))
     if missing or extra:
@@ -323,9 +327,9 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
         raise format_error(path, str(err).removeprefix(f"{path}: "), "upgrade dsf-lightning (pip install -U dsf-lightning) or "
                     "register the normalizer (dsf_lightning.data.normalize.register_normalizer)") from None
 
-    vocab = _read_vocab(folder / VOCAB_FILE, checked_bytes(folder, VOCAB_FILE, config, MAX_JSON_BYTES))
+    vocab = _read_vocab(folder / VOCAB_FILE, files.vocab_json)
     tok_path = folder / DSF_TOKENIZER_FILE
-    tokenizer = parse_tokenizer(tok_path, checked_bytes(folder, DSF_TOKENIZER_FILE, config, MAX_JSON_BYTES))
+    tokenizer = parse_tokenizer(tok_path, files.tokenizer_json)
     tok_record, vocab_record = config.get("tokenizer"), config.get("vocabulary")
     if not (isinstance(tok_record, dict) and tok_record.get("fingerprint") == fingerprint(tokenizer.to_dict())
             and tok_record.get("name") == tokenizer.name):
@@ -339,16 +343,14 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     if len(vocab) != arch["vocab_size"]:
         raise format_error(folder / VOCAB_FILE, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={arch['vocab_size']!r:.20}")
 
-    _check_sizes(folder, config, arch)  # against the weights' header (read alone) before anything is allocated
+    _check_sizes(files, arch)  # against the weights' header (read alone) before anything is allocated
     model, expected = _build(arch, path)
-    tensors, _, aliases = read_weights(folder, config, expected, describe(arch))
+    tensors, _, aliases = files.read_weights(expected, describe(arch))
     load_state(model, match_state(tensors, aliases, expected, describe(arch), str(folder / WEIGHTS_FILE)), dtype)
     return PretrainedClassifier(model=model, vocab=vocab, tokenizer=tokenizer, labels=labels, info=config["info"],
                                 normalize=normalize, max_length=max_length, keep=keep,
-                                storage_dtype=config["weights"].get("dtype"), card_data=read_card(folder))
+                                storage_dtype=config["weights"].get("dtype"), card_data=files.card.data)
 
 
 # SequenceClassifier.from_pretrained / save_pretrained / push_to_hub (the hub mixin) read and write this folder
 register_folder_format(SequenceClassifier._hub_task, PretrainedClassifier, save_classifier, load_classifier)
-
-

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from dsf_lightning.model import pretrained as hub_format
+from dsf_lightning.hub import folder as hub_format
 from dsf_lightning.model.pretrained import load_pretrained, save_pretrained
 
 from .conftest import logits_of, tiny_pretrained
@@ -21,21 +21,21 @@ def test_failure_mid_save_keeps_the_previous_folder(tmp_path, tokens, monkeypatc
     old, new = tiny_pretrained(seed=0), tiny_pretrained(seed=1)
     folder = save_pretrained(old, tmp_path / "model")
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    real_write = hub_format.write_text
+    real_write = hub_format.write_file
 
     def failing_write(path, text):
         if path.name == "tokenizer.json":  # the weights and the vocabulary are already written
             raise OSError(28, "No space left on device")
         real_write(path, text)
 
-    monkeypatch.setattr(hub_format, "write_text", failing_write)
+    monkeypatch.setattr(hub_format, "write_file", failing_write)
     with pytest.raises(OSError, match="No space left"):
         save_pretrained(new, folder)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert torch.equal(logits_of(load_pretrained(folder).model, tokens), logits_of(old.model, tokens))
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # the temporary folder was removed
 
-    monkeypatch.setattr(hub_format, "write_text", real_write)
+    monkeypatch.setattr(hub_format, "write_file", real_write)
     save_pretrained(new, folder)  # a later save replaces it
     assert torch.equal(logits_of(load_pretrained(folder).model, tokens), logits_of(new.model, tokens))
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
@@ -48,15 +48,15 @@ def test_a_process_killed_mid_save_leaves_the_previous_folder(tmp_path, tokens):
     script = textwrap.dedent(
         f"""
         import os, signal
-        from dsf_lightning.model import pretrained as hub_format
+        from dsf_lightning.hub import folder as hub_format
         from dsf_lightning.model.pretrained import save_pretrained
         from tests.hub.conftest import tiny_pretrained
-        real = hub_format.write_text
+        real = hub_format.write_file
         def write(path, text):
             if path.name == "config.json":
                 os.kill(os.getpid(), signal.SIGKILL)
             real(path, text)
-        hub_format.write_text = write
+        hub_format.write_file = write
         save_pretrained(tiny_pretrained(seed=1), {str(folder)!r})
         """
     )

@@ -72,3 +72,40 @@ def test_a_bundled_folder_saved_again_from_its_weights_is_byte_identical(name, t
             for key in ("library_version", "torch_version"):
                 data = data.replace(f'"{key}": "{mine[key]}"'.encode(), f'"{key}": "{committed[key]}"'.encode())
         assert data == (bundled / path.name).read_bytes(), f"{name}/{path.name} differs from the committed file"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in BUNDLED.iterdir() if (p / "config.json").is_file()))
+def test_a_folder_read_as_its_object_and_written_is_the_same_folder(name, tmp_path):
+    """read_folder -> the kind's loader builds the model from the object (reading the weights into it) -> write: the
+    committed folder again, byte for byte (its card's text kept as read)."""
+    from dsf_lightning.hub.folder import ClassifierFolder, LanguageModelFolder, read_folder
+    from dsf_lightning.model.pretrained import load_pretrained
+    from dsf_lightning.tasks.pretrained import load_classifier
+
+    bundled = BUNDLED / name
+    files = read_folder(bundled)
+    task = json.loads((bundled / "config.json").read_text())["task"]
+    assert type(files) is {"language-model": LanguageModelFolder, "text-classification": ClassifierFolder}[task]
+    assert files.path == bundled and files.vocab_json == (bundled / "vocab.json").read_bytes()
+    assert files.tokenizer_json == (bundled / "dsf_tokenizer.json").read_bytes()
+    assert files.card.data["license"] and files.tensors is None  # the weights wait for the model that bounds them
+    model = (load_pretrained if task == "language-model" else load_classifier)(files).model
+    assert set(files.tensors) <= set(model.state_dict())
+    written = files.write(tmp_path / name)
+    assert sorted(p.name for p in written.iterdir()) == sorted(p.name for p in bundled.iterdir())
+    for path in sorted(written.iterdir()):
+        assert path.read_bytes() == (bundled / path.name).read_bytes(), f"{name}/{path.name} differs"
+
+
+def test_each_kind_of_folder_object_refuses_the_other_kind_and_a_write_without_weights(tmp_path):
+    from dsf_lightning.hub import WrongTaskError
+    from dsf_lightning.hub.folder import ClassifierFolder, LanguageModelFolder
+
+    with pytest.raises(WrongTaskError, match=r"holds a text classifier .* load it with"):
+        LanguageModelFolder.read(BUNDLED / "sr-lstm-p-imdb")
+    with pytest.raises(WrongTaskError, match=r"holds a language model .* load it with"):
+        ClassifierFolder.read(BUNDLED / "delta-rnn-ptb")
+    files = LanguageModelFolder.read(BUNDLED / "delta-rnn-ptb")
+    with pytest.raises(ValueError, match="no weights to write"):
+        files.write(tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
