@@ -10,7 +10,7 @@ Trainer is built (Lightning's ``Trainer(precision=...)`` takes no ``"auto"``):
   on a copy of the module, once in ``32-true`` and once in ``bf16-mixed``, timed in process CPU seconds (what
   the CPU-time budgets count); bf16-mixed is taken when it is at least :data:`MARGIN` faster (within the
   noise, full precision is kept);
-* where that cannot be timed (a GPU, a sequence-task module, a timing that failed): from the hardware. A
+* where that cannot be timed (a GPU, a sequence-task module, several processes, a timing that failed): from the hardware. A
   CUDA GPU that supports bf16 -> bf16-mixed; a CPU with AMX BF16 -> bf16-mixed; else 32-true.
 
 One log line says which, the two measured rates and why. :func:`choose_precision` takes the timing as an
@@ -71,7 +71,9 @@ def choose_from_hardware(device_type: str, why_not_timed: str) -> PrecisionChoic
     from .._machine import isa_flags
 
     if device_type == "cuda":
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        if not torch.cuda.is_available():
+            return PrecisionChoice(FP32, None, f"{why_not_timed}; no CUDA GPU is visible")
+        if torch.cuda.is_bf16_supported():
             return PrecisionChoice(BF16, None, f"{why_not_timed}; {torch.cuda.get_device_name()} supports bf16")
         return PrecisionChoice(FP32, None, f"{why_not_timed}; this GPU does not support bf16")
     if device_type == "cpu":
@@ -149,6 +151,25 @@ def device_type_of(accelerator: Any) -> str:
     return "cuda" if name == "gpu" else name
 
 
+def several_processes(trainer_config) -> bool:
+    """Whether the Trainer would run more than one process (``devices`` > 1 or ``num_nodes`` > 1): each would time
+    on its own and might choose another precision than the others."""
+    devices, nodes = trainer_config.get("devices"), trainer_config.get("num_nodes") or 1
+    if int(nodes) != 1:
+        return True
+    if isinstance(devices, (list, tuple)):
+        return len(devices) > 1
+    text = str(devices if devices is not None else "auto").strip()
+    if text in ("auto", ""):
+        return False
+    if "," in text:
+        return len([d for d in text.split(",") if d.strip()]) > 1
+    try:
+        return int(text) > 1 or int(text) == -1
+    except ValueError:
+        return False
+
+
 def resolve_auto_precision(trainer_config, module, datamodule, timing: Timing | None = None) -> dict[str, str]:
     """``{"precision": ...}`` for the Trainer when ``trainer_config``'s precision is ``auto``, else ``{}``;
     logs the choice. ``timing`` (default: :func:`language_model_timing` on ``module`` at ``datamodule``'s batch
@@ -159,10 +180,13 @@ def resolve_auto_precision(trainer_config, module, datamodule, timing: Timing | 
         return {}
     device = device_type_of(trainer_config.get("accelerator") or "auto")
     shape = (getattr(datamodule, "batch_size", None), getattr(datamodule, "bptt", None))
-    if timing is None and device == "cpu" and hasattr(module, "hparams") and "vocab_size" in module.hparams \
-            and all(isinstance(n, int) for n in shape):
+    several = several_processes(trainer_config)
+    if timing is None and device == "cpu" and not several and hasattr(module, "hparams") \
+            and "vocab_size" in module.hparams and all(isinstance(n, int) for n in shape):
         timing = language_model_timing(module, *shape)
-    if timing is None:
+    if several:  # every process decides the same way, from the same hardware
+        choice = choose_from_hardware(device, "not timed (several processes, each would time on its own)")
+    elif timing is None:
         why = "not timed on a GPU" if device != "cpu" else "not timed (a language model's batch shape is needed)"
         choice = choose_from_hardware(device, why)
     else:

@@ -70,6 +70,17 @@ def test_a_precision_given_is_left_alone_and_a_failed_timing_falls_back_to_the_h
     assert "timing failed (no memory for the second window)" in lines[0]
 
 
+@pytest.mark.parametrize("config", [{"devices": 2}, {"devices": "0,1"}, {"devices": -1}, {"num_nodes": 2}])
+def test_several_processes_decide_from_the_hardware_not_each_from_its_own_timing(config, lines):
+    timing, asked = _stand_in(1000.0, 2500.0)
+    chosen = auto.resolve_auto_precision({"precision": "auto", "accelerator": "cpu", **config}, _module(), _Shape(), timing)
+    from dsf_lightning._machine import isa_flags
+
+    assert asked == [] and chosen == {"precision": "bf16-mixed" if isa_flags()["amx_bf16"] else "32-true"}
+    assert "not timed (several processes, each would time on its own)" in lines[0]
+    assert not auto.several_processes({"devices": 1}) and not auto.several_processes({"devices": "auto"})
+
+
 def test_the_real_timing_measures_both_and_leaves_the_module_and_random_state_as_they_were():
     module = _module()
     before = {k: v.clone() for k, v in module.state_dict().items()}
