@@ -668,6 +668,14 @@ class ModelFolder:
     def _read_optional(self, folder: Path, names: tuple[str, ...]) -> None:
         pass
 
+    @classmethod
+    def of(cls, folder) -> ModelFolder:
+        """``folder`` as this kind: itself when it is one, else read from its path (a folder object of the other
+        kind is read again, so it is the same :class:`WrongTaskError` as its path)."""
+        if isinstance(folder, cls):
+            return folder
+        return cls.read(folder.path if isinstance(folder, ModelFolder) else folder)
+
     def weights_header(self) -> tuple[dict, dict[str, str]]:
         """``(tensor entries, metadata)`` of model.safetensors' header (:func:`read_weights_header`; read once)."""
         if self._header is None:

@@ -328,7 +328,7 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     bfloat16: the weights are cast after the strict, checked load. Raises :class:`PretrainedFormatError`.
     """
     dtype = resolve_dtype(dtype)
-    files = folder if isinstance(folder, LanguageModelFolder) else LanguageModelFolder.read(folder)
+    files = LanguageModelFolder.of(folder)
     folder, config = files.path, files.config
     lm_config = _model_config(files)
 

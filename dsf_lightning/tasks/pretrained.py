@@ -300,7 +300,7 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
     :class:`~dsf_lightning.hub.folder.WrongTaskError` for a language-model folder.
     """
     dtype = resolve_dtype(dtype)
-    files = folder if isinstance(folder, ClassifierFolder) else ClassifierFolder.read(folder)
+    files = ClassifierFolder.of(folder)
     folder, config = files.path, files.config
     path = folder / CONFIG_FILE
     arch = config["model"]

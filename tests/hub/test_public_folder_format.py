@@ -109,3 +109,15 @@ def test_each_kind_of_folder_object_refuses_the_other_kind_and_a_write_without_w
     with pytest.raises(ValueError, match="no weights to write"):
         files.write(tmp_path / "copy")
     assert not (tmp_path / "copy").exists()
+
+
+def test_a_loader_given_the_other_kinds_folder_object_names_the_right_loader():
+    from dsf_lightning.hub import WrongTaskError
+    from dsf_lightning.hub.folder import read_folder
+    from dsf_lightning.model.pretrained import load_pretrained
+    from dsf_lightning.tasks.pretrained import load_classifier
+
+    with pytest.raises(WrongTaskError, match=r"holds a language model .* load it with"):
+        load_classifier(read_folder(BUNDLED / "delta-rnn-ptb"))
+    with pytest.raises(WrongTaskError, match=r"holds a text classifier .* load it with"):
+        load_pretrained(read_folder(BUNDLED / "sr-lstm-p-imdb"))
