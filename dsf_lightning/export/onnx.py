@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from .._fs import write_atomic
 from .._modes import evaluating
+from ..hub.folder import LanguageModelFolder
 from ..model import RecurrentLM
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,14 @@ def state_names(model: RecurrentLM, prefix: str = "state") -> list[str]:
 
 def _as_model(model_or_folder: Any, output: Path) -> RecurrentLM:
     """A RecurrentLM from a model, a :class:`~dsf_lightning.model.pretrained.Pretrained`, a Scorer or Lightning
-    module holding one, or a published name / pretrained folder (loaded with the hub's loader); an ``output``
-    inside that folder (it would replace the model's own files) is an :class:`ExportError`."""
+    module holding one, a published name / pretrained folder (loaded with the hub's loader) or a folder already read
+    (:class:`~dsf_lightning.hub.folder.LanguageModelFolder`); an ``output`` inside that folder (it would replace the
+    model's own files) is an :class:`ExportError`."""
+    if isinstance(model_or_folder, LanguageModelFolder):
+        from ..model.pretrained import load_pretrained
+
+        check_output_outside(output, model_or_folder.path)
+        return load_pretrained(model_or_folder).model
     if isinstance(model_or_folder, (str, Path)):
         from ..hub.registry import resolve
 
@@ -67,8 +74,8 @@ def _as_model(model_or_folder: Any, output: Path) -> RecurrentLM:
         if isinstance(candidate, RecurrentLM):
             return candidate
     raise ExportError(
-        f"to_onnx exports a RecurrentLM, a pretrained model (from load_pretrained / from_pretrained) or the name "
-        f"or folder of one; got {type(model_or_folder).__name__}"
+        f"to_onnx exports a RecurrentLM, a pretrained model (from load_pretrained / from_pretrained), the name "
+        f"or folder of one, or its LanguageModelFolder; got {type(model_or_folder).__name__}"
     )
 
 
@@ -141,7 +148,8 @@ def to_onnx(
     """Write ``model_or_folder`` as an ONNX graph to ``path`` (see the module docstring for its inputs and
     outputs; batch and time are dynamic) and return the path.
 
-    ``model_or_folder``: a :class:`RecurrentLM`, a pretrained model, or a published name / folder.
+    ``model_or_folder``: a :class:`RecurrentLM`, a pretrained model, a published name / folder, or a folder read
+    (:class:`~dsf_lightning.hub.folder.LanguageModelFolder`).
     ``batch_size`` / ``time_steps``: the example the exporter traces (any size runs afterwards).
     ``opset``: the ONNX opset (default: the exporter's). ``check``: run the file with onnxruntime (when
     installed) on a fresh example with a random state and raise :class:`ExportError` unless its logits and

@@ -121,3 +121,20 @@ def test_a_loader_given_the_other_kinds_folder_object_names_the_right_loader():
         load_classifier(read_folder(BUNDLED / "delta-rnn-ptb"))
     with pytest.raises(WrongTaskError, match=r"holds a text classifier .* load it with"):
         load_pretrained(read_folder(BUNDLED / "sr-lstm-p-imdb"))
+
+
+def test_the_onnx_export_takes_a_folder_object(tmp_path):
+    """to_onnx of a LanguageModelFolder builds its model (the same graph as from the path) and, as for a path,
+    refuses an output inside the folder before building anything."""
+    pytest.importorskip("onnxscript")
+    from dsf_lightning.export import ExportError
+    from dsf_lightning.export.onnx import to_onnx
+    from dsf_lightning.hub.folder import LanguageModelFolder
+
+    from .conftest import tiny_pretrained
+
+    files = LanguageModelFolder.read(tiny_pretrained().save_pretrained(tmp_path / "tiny"))
+    with pytest.raises(ExportError, match="inside the source model folder"):
+        to_onnx(files, files.path / "model.onnx")
+    assert files.tensors is None  # refused before the weights were read
+    assert to_onnx(files, tmp_path / "tiny.onnx").stat().st_size > 0
