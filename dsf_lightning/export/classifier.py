@@ -23,8 +23,8 @@ from ..tasks.pretrained import (
     SPECIAL_SYMBOLS,
     TEXT_INPUTS,
     PretrainedClassifier,
-    _build,
-    _check_max_length,
+    build_classifier,
+    check_max_length,
     default_max_length,
     describe,
     save_classifier,
@@ -154,7 +154,7 @@ def classifier_from_checkpoint(
         raise CheckpointError(f"{path}: the classifier reads input_mode={arch['input_mode']!r} features, not text: a classifier "
                               "folder holds text classifiers only")
     fix = "was the checkpoint written by SequenceClassifier with a cell this installation provides?"
-    model, expected = _build(arch, path, error=CheckpointError, fix=fix)
+    model, expected = build_classifier(arch, path, error=CheckpointError, fix=fix)
     state_dict, which_weights = checkpoint_weights(ckpt, path, weights)  # the average a PolyakAveraging run validated
     state = match_state(dict(state_dict), {}, expected, describe(arch), f"{path} (state_dict)",
                         described_by="its hyper_parameters", error=CheckpointError, fix=fix)
@@ -181,7 +181,7 @@ def classifier_from_checkpoint(
             "folder reads a text as it is, unpadded, so its card would report an accuracy it does not have: "
             "export with the recipe's pad_to_cut set to false"
         )
-    if max_length is not None and not _check_max_length(max_length):
+    if max_length is not None and not check_max_length(max_length):
         raise ValueError(f"max_length must be a positive integer, got {max_length!r}")
     training = {k: v for k, v in hparams.items() if k not in ARCHITECTURE and not k.startswith("_")}
     recorded = {

@@ -285,7 +285,7 @@ def _producible(tokenizer: Tokenizer, vocab: Vocabulary, sample: int = 2000) -> 
     return made, len(symbols)
 
 
-def _expected_state(
+def expected_state(
     config: LMConfig,
     source: Path,
     *,
@@ -303,7 +303,7 @@ def _expected_state(
     return model, model.state_dict()
 
 
-def _describe(config: LMConfig) -> str:
+def describe_config(config: LMConfig) -> str:
     return (f"cell={config.cell!r}, hidden_sizes={config.hidden_sizes}, embedding_size={config.embedding_size}, "
             f"vocab_size={config.vocab_size}, tie_weights={config.tie_weights}")
 
@@ -316,8 +316,8 @@ def _check_sizes(files: LanguageModelFolder, lm_config: LMConfig) -> None:
     sizes.update({f"model.hidden_sizes[{i}]": h for i, h in enumerate(lm_config.hidden_sizes)})
     files.check_sizes(sizes, ("model.hidden_sizes", len(lm_config.hidden_sizes)))
     with torch.device("meta"):
-        _, shapes = _expected_state(lm_config, files.path / CONFIG_FILE)
-    files.check_shapes(shapes, _describe(lm_config))
+        _, shapes = expected_state(lm_config, files.path / CONFIG_FILE)
+    files.check_shapes(shapes, describe_config(lm_config))
 
 
 def load_pretrained(folder, *, dtype=None) -> Pretrained:
@@ -351,12 +351,12 @@ def load_pretrained(folder, *, dtype=None) -> Pretrained:
     # the model config.json describes, built once its shapes match the weights' header: nothing config.json
     # alone says is allocated
     _check_sizes(files, lm_config)
-    model, expected = _expected_state(lm_config, folder / CONFIG_FILE)
-    tensors, meta, aliases = files.read_weights(expected, _describe(lm_config))
+    model, expected = expected_state(lm_config, folder / CONFIG_FILE)
+    tensors, meta, aliases = files.read_weights(expected, describe_config(lm_config))
     tied = json_metadata(meta, "tied_weights", weights_path)
     if bool(tied) != lm_config.tie_weights or (tied and tied != TIED):
         raise format_error(weights_path, f"records tied weights {tied} but {CONFIG_FILE} says tie_weights={lm_config.tie_weights}")
-    load_state(model, match_state(tensors, aliases, expected, _describe(lm_config), str(weights_path)), dtype)
+    load_state(model, match_state(tensors, aliases, expected, describe_config(lm_config), str(weights_path)), dtype)
     info = config["info"]
     normalize = config.get("normalize")  # a name this installation may not know: the Scorer says so
     if normalize is not None and not (isinstance(normalize, str) and normalize.strip()):

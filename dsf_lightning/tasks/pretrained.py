@@ -161,7 +161,7 @@ def _check_labels(labels: Any, num_classes: int) -> list[str] | None:
     return None
 
 
-def _check_max_length(value: Any) -> bool:
+def check_max_length(value: Any) -> bool:
     return value is None or (type(value) is int and value > 0)
 
 
@@ -212,7 +212,7 @@ def to_folder(
     if labels is None:
         raise ValueError(f"PretrainedClassifier.labels must be {arch['num_classes']} distinct non-empty one-line names "
                          f"(class 0 first), got {pretrained.labels!r:.200}")
-    if not _check_max_length(pretrained.max_length):
+    if not check_max_length(pretrained.max_length):
         raise ValueError(f"PretrainedClassifier.max_length must be a positive integer or None, got {pretrained.max_length!r}")
     if pretrained.keep not in KEEP:
         raise ValueError(f"PretrainedClassifier.keep must be one of {KEEP} (which symbols of a text longer than max_length "
@@ -258,7 +258,7 @@ def _read_vocab(path: Path, data: bytes):
         raise format_error(path, f"is not a valid vocabulary ({err})") from None
 
 
-def _build(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | None = None):
+def build_classifier(arch: dict, source: Path, *, error=PretrainedFormatError, fix: str | None = None):
     """The SequenceClassifier ``arch`` describes and its state dict; a configuration that cannot be built
     raises ``error`` naming ``source``."""
     from ..cells import UnknownCellError, get_cell
@@ -287,7 +287,7 @@ def _check_sizes(files: ClassifierFolder, arch: dict) -> None:
     sizes = {f"model.{name}": arch[name] for name in fields if type(arch[name]) is int}
     files.check_sizes(sizes, ("model.hidden_size", 1))
     with torch.device("meta"):
-        _, shapes = _build(arch, files.path / CONFIG_FILE)
+        _, shapes = build_classifier(arch, files.path / CONFIG_FILE)
     files.check_shapes(shapes, describe(arch))
 
 
@@ -315,7 +315,7 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
         raise format_error(path, f"'labels' must be {arch['num_classes']!r:.20} distinct non-empty one-line class names, got "
                     f"{config.get('labels')!r:.120}")
     max_length = config.get("max_length")
-    if not _check_max_length(max_length):
+    if not check_max_length(max_length):
         raise format_error(path, f"'max_length' must be a positive integer or null, got {max_length!r:.80}")
     keep = config.get("keep", "first")  # folders written before the field read the first symbols
     if keep not in KEEP:
@@ -344,7 +344,7 @@ def load_classifier(folder, *, dtype=None) -> PretrainedClassifier:
         raise format_error(folder / VOCAB_FILE, f"holds {len(vocab):,} symbols but {CONFIG_FILE} says vocab_size={arch['vocab_size']!r:.20}")
 
     _check_sizes(files, arch)  # against the weights' header (read alone) before anything is allocated
-    model, expected = _build(arch, path)
+    model, expected = build_classifier(arch, path)
     tensors, _, aliases = files.read_weights(expected, describe(arch))
     load_state(model, match_state(tensors, aliases, expected, describe(arch), str(folder / WEIGHTS_FILE)), dtype)
     return PretrainedClassifier(model=model, vocab=vocab, tokenizer=tokenizer, labels=labels, info=config["info"],

@@ -19,7 +19,7 @@ from ..data.tokenizers import get_tokenizer
 from ..data.vocab import Vocabulary
 from ..hub.folder import CheckpointError, check_normalize, jsonable, load_state, match_state, plain_json
 from ..model import LMConfig
-from ..model.pretrained import Pretrained, _describe, _expected_state
+from ..model.pretrained import Pretrained, describe_config, expected_state
 from .config import CONFIG_KEY, TrainConfig, check_config_record, checkpoint_configs
 
 logger = logging.getLogger(__name__)
@@ -281,12 +281,12 @@ def pretrained_from_checkpoint(
     state = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
     if not state:
         raise CheckpointError(f"{path}: state_dict has no 'model.' entries: not a LanguageModelModule checkpoint")
-    model, expected = _expected_state(
+    model, expected = expected_state(
         config, path, error=CheckpointError,
         fix="was the checkpoint written by LanguageModelModule, with a cell and options this installation provides?"
     )
     checked = match_state(
-        state, {}, expected, _describe(config), f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
+        state, {}, expected, describe_config(config), f"{path} (state_dict)", described_by="its hyper_parameters", error=CheckpointError,
         fix="was the checkpoint written by LanguageModelModule with these settings?",
     )
     load_state(model, checked)

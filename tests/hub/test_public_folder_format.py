@@ -15,13 +15,14 @@ PACKAGE = Path(dsf_lightning.__file__).resolve().parent
 BUNDLED = PACKAGE / "pretrained"
 
 
-def private_hub_imports() -> list[str]:
-    """``where: name`` for every ``from dsf_lightning.hub[...] import _name`` (relative forms included, function-level
-    ones too) in a module outside ``dsf_lightning/hub/``."""
+def private_hub_imports(source: str = "dsf_lightning.hub") -> list[str]:
+    """``where: name`` for every ``from <source>[...] import _name`` (relative forms included, function-level ones too)
+    in a module of another unit than ``source``'s."""
     found = []
+    unit = source.split(".")[1]
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE)
-        if relative.parts[0] == "hub":
+        if relative.parts[0].removesuffix(".py") == unit:
             continue
         package = ["dsf_lightning", *relative.parts[:-1]]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -29,7 +30,7 @@ def private_hub_imports() -> list[str]:
                 continue
             base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
             target = ".".join(p for p in (base, node.module or "") if p)
-            if not (target == "dsf_lightning.hub" or target.startswith("dsf_lightning.hub.")):
+            if not (target == source or target.startswith(f"{source}.")):
                 continue
             modules = target.split(".")[2:]
             names = [alias.name for alias in node.names]
@@ -42,6 +43,13 @@ def private_hub_imports() -> list[str]:
 def test_no_unit_outside_the_hub_imports_a_private_name_of_it():
     found = private_hub_imports()
     assert not found, "private hub names imported across units (make them public in dsf_lightning.hub.folder):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("source", ["dsf_lightning.model.pretrained", "dsf_lightning.tasks.pretrained"])
+def test_no_other_unit_imports_a_private_name_of_a_models_folder_module(source):
+    """Export and checkpoint reading build models from configs as the folder loaders do, through public names."""
+    found = private_hub_imports(source)
+    assert not found, f"private names of {source} imported across units:\n" + "\n".join(found)
 
 
 def test_the_checker_sees_a_private_import(tmp_path, monkeypatch):
