@@ -30,9 +30,11 @@ def keep_freed_memory() -> bool:
     the same pages are reused. The price: freed memory up to the peak of a step stays with the
     process (its RSS stays at the high-water mark) -- it is reused by the next step.
 
-    Called by ``dsf fit`` (the CLI's ``before_fit``), not by importing or using the library: it changes the
-    whole process, so a program that trains from Python calls it itself if it wants it.
-    ``DSF_MALLOC_TUNING=0`` leaves the allocator alone. Returns whether the tuning is in effect.
+    Called when a fit starts, by the training policy of the modules
+    (:class:`~dsf_lightning.training.policy.AtomicCheckpointIOPolicy`'s ``setup``; ``dsf fit`` and a plain
+    ``lightning.Trainer`` alike), never by importing the library or building a module: it changes the whole
+    process, so it can be turned off: ``DSF_MALLOC_TUNING=0``, or the module's
+    ``training_policy = TrainingPolicy(keep_freed_memory=False)``. Returns whether the tuning is in effect.
     """
     global _malloc_tuned
     if _malloc_tuned:

@@ -348,8 +348,9 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """Unigram noise for the sampled loss: add-one counts of the training split. (The glibc allocator
-        tuning, :func:`~dsf_lightning.training.allocator.keep_freed_memory`, is ``dsf fit``'s choice, not the
-        module's: it changes the whole process.)"""
+        tuning, :func:`~dsf_lightning.training.allocator.keep_freed_memory`, is a part of the training policy,
+        :meth:`configure_callbacks`: it changes the whole process, so ``TrainingPolicy(keep_freed_memory=False)``
+        turns it off.)"""
         hp = self.train_config
         if self.budget_hidden_sizes is not None and self.logger is not None:
             self.logger.log_hyperparams({"budget_hidden_sizes": self.budget_hidden_sizes,

@@ -1,4 +1,4 @@
-"""``keep_freed_memory``: the glibc tuning `dsf fit` applies (benchmarks part 3 measures
+"""``keep_freed_memory``: the glibc tuning `dsf fit` and the modules' training policy apply (benchmarks part 3 measures
 what it is worth: the kernel's page faults on every step's large buffers), and its opt-out."""
 
 import platform
@@ -24,16 +24,29 @@ def test_opt_out(monkeypatch):
     assert lm.keep_freed_memory() is False
 
 
-def test_training_without_the_cli_leaves_the_allocator_alone(monkeypatch, toy_corpus):
-    """Importing the library, building the module and fitting it from Python never calls mallopt: the
-    process-wide tuning is the `dsf fit` command's choice, not a side effect of the module."""
+def test_training_from_python_tunes_the_allocator_through_the_modules_policy_unless_told_not_to(monkeypatch, toy_corpus):
+    """Importing the library and building the module never call mallopt; fitting does, through the module's
+    training policy (issue 36: a plain Trainer trains as `dsf fit` does), unless the policy turns it off
+    (``TrainingPolicy(keep_freed_memory=False)``) or ``DSF_MALLOC_TUNING=0`` does."""
+    from dsf_lightning.training.policy import TrainingPolicy
+
     from .conftest import quiet_trainer, toy_modules
 
     monkeypatch.delenv(lm.MALLOC_TUNING_ENV, raising=False)
     monkeypatch.setattr(lm, "_malloc_tuned", False)
     module, data = toy_modules(toy_corpus)
+    assert lm._malloc_tuned is False  # building the module changed nothing
+    module.training_policy = TrainingPolicy(keep_freed_memory=False)
     quiet_trainer(max_steps=2, limit_val_batches=1).fit(module, data)
     assert lm._malloc_tuned is False
+    monkeypatch.setenv(lm.MALLOC_TUNING_ENV, "0")
+    module, data = toy_modules(toy_corpus)
+    quiet_trainer(max_steps=2, limit_val_batches=1).fit(module, data)
+    assert lm._malloc_tuned is False
+    monkeypatch.delenv(lm.MALLOC_TUNING_ENV)
+    module, data = toy_modules(toy_corpus)
+    quiet_trainer(max_steps=2, limit_val_batches=1).fit(module, data)
+    assert lm._malloc_tuned is (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
