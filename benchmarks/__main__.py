@@ -1,3 +1,3 @@
 from .run import main
 
-main()
+raise SystemExit(main())  # a failed run (a time-to-quality contender that failed) exits non-zero
