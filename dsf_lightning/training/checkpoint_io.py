@@ -240,13 +240,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return pl_load(path, map_location=map_location, weights_only=weights_only)
         except pickle.UnpicklingError as err:
             found = re.search(r"(?:Unsupported global|GLOBAL)[^\n]*", str(err))
-            what = found.group(0).strip() if found else str(err).strip().splitlines()[0]
+            if found is None:  # "invalid load key": not a torch.save file at all
+                raise CheckpointLoadError(f"{path}: not a readable checkpoint ({str(err).strip()[:200]}); is it a .ckpt "
+                                          "file a run wrote, and complete?") from None
+            what = found.group(0).strip()
             raise CheckpointLoadError(
                 f"{path}: holds Python objects that weights-only loading refuses ({what}); nothing was "
                 "unpickled. Resume only from checkpoints you trust: if you do trust this one, pass "
                 "weights_only=False to Trainer.fit / validate / test, or allow the type with "
                 "torch.serialization.add_safe_globals([...])"
             ) from None
-        except (EOFError, RuntimeError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        except (RecursionError, MemoryError):
+            raise
+        except Exception as err:  # noqa: BLE001 - a text file gives a KeyError, a cut one an EOFError ...: not a checkpoint
+            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
             raise CheckpointLoadError(f"{path}: not a readable checkpoint ({first}); is the file complete?") from None

@@ -17,7 +17,8 @@
 A callback of the same type the trainer already has (the user's own ``NonFiniteGuard(action="stop")``) wins:
 the module adds none of that type (Lightning's own merge would do the opposite: the module's replaces the
 trainer's). Opt out per part with ``module.training_policy = TrainingPolicy(nonfinite_guard=False, ...)``
-(an attribute, not a hyper-parameter: not saved in checkpoints), or all at once with ``TrainingPolicy.off()``.
+(an attribute, not a hyper-parameter: not saved in checkpoints), or all at once with ``TrainingPolicy.off()`` (or
+``None``).
 The exact resume itself (carried state, position, RNG per window) and the resume-mismatch checks are the
 module's own ``on_save_checkpoint`` / ``on_load_checkpoint`` and the DataModule's ``state_dict``: they need no
 opt-in.
@@ -88,7 +89,9 @@ def module_callbacks(module: L.LightningModule) -> list[L.Callback]:
     """What ``module.configure_callbacks()`` returns: :func:`policy_callbacks` of ``module.training_policy``
     beside the callbacks its trainer already has."""
     trainer = module._trainer
-    policy = getattr(module, "training_policy", None) or TrainingPolicy()
+    policy = getattr(module, "training_policy", TrainingPolicy())
+    if policy is None:  # "no policy" said the other way: as TrainingPolicy.off()
+        return []
     have = list(trainer.callbacks) if trainer is not None else []
     return policy_callbacks(policy, have, fitting=trainer is not None and trainer.state.fn == "fit")
 

@@ -16,6 +16,7 @@ from dsf_lightning.training import LanguageModelModule
 from dsf_lightning.training.callbacks import GradientNormMonitor
 from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training.guards import NonFiniteError, NonFiniteGuard
+from dsf_lightning.training.policy import TrainingPolicy
 from tests.training.conftest import make_toy_corpus, quiet_trainer
 
 STEPS_PER_EPOCH = 86
@@ -100,6 +101,7 @@ def test_a_nan_step_is_skipped_without_any_update_and_the_state_restarts_from_ze
 
 def test_without_the_guard_one_nan_step_poisons_the_weights():
     module, data = modules((10,))
+    module.training_policy = TrainingPolicy(nonfinite_guard=False)  # the module's own guard off (its opt-out)
     trainer = quiet_trainer(max_epochs=1, max_steps=20)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -96,3 +96,17 @@ def test_the_task_modules_carry_the_same_policy():
     assert [type(c) for c in module.configure_callbacks()] == [AtomicCheckpointIOPolicy, NonFiniteGuard]
     module.training_policy = TrainingPolicy.off()
     assert module.configure_callbacks() == []
+    module.training_policy = None  # "no policy" said the other way
+    assert module.configure_callbacks() == []
+
+
+@pytest.mark.parametrize("content", [b"hello\n", b"\x80\x04garbage", b""])
+def test_a_plain_trainer_resumed_from_a_file_that_is_no_checkpoint_says_so_in_one_line(toy_corpus, tmp_path, content):
+    from dsf_lightning.training.checkpoint_io import CheckpointLoadError
+
+    bogus = tmp_path / "last.ckpt"
+    bogus.write_bytes(content)
+    module, data = toy_modules(toy_corpus)
+    with pytest.raises(CheckpointLoadError, match=r"last.ckpt: not a readable checkpoint .*is it a .ckpt file a run wrote|"
+                                                  r"last.ckpt: not a readable checkpoint .*is the file complete"):
+        quiet_trainer(max_steps=2).fit(module, data, ckpt_path=bogus)
