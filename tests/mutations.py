@@ -198,6 +198,14 @@ MUTATIONS: list[Mutation] = [
         'return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="mean")',
         ("tests/training/test_fused_loss.py",), what="the summed NLL the module divides itself taken as a mean",
     ),
+    Mutation(
+        "lm-no-training-policy", "dsf_lightning/training/language_model.py",
+        "        return module_callbacks(self)\n\n    def setup(self, stage: str) -> None:",
+        "        return []\n\n    def setup(self, stage: str) -> None:",
+        ("tests/training/test_policy.py::test_a_plain_trainer_gets_the_policy_from_the_module",
+         "tests/reliability/test_plain_trainer_resume.py"),
+        what="issue 36: the module no longer hands a plain Trainer the training policy (guard, atomic checkpoints)",
+    ),
 ]
 
 
