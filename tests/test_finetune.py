@@ -140,3 +140,20 @@ def test_fine_tuning_the_bundled_delta_rnn_ptb(tmp_path, monkeypatch):
     before = float(lightning_cli(["validate", *args]).trainer.callback_metrics["val_ppl"])
     after = float(lightning_cli(["fit", *args]).trainer.callback_metrics["val_ppl"])
     assert after < before, (before, after)
+
+
+def test_the_architecture_defaults_are_the_models_and_the_modules():
+    """merge_architecture takes LMConfig's defaults as 'not given' (finetune does not import the module, issue 36):
+    LanguageModelModule's arguments must default to the same architecture, or an argument left at the module's
+    default would be read as a contradiction of the pretrained config."""
+    import inspect
+
+    from dsf_lightning.training.finetune import ARCHITECTURE, _defaults
+
+    params = inspect.signature(LanguageModelModule.__init__).parameters
+    ours = {name: params[name].default for name in ARCHITECTURE}
+    pretrained = LMConfig(vocab_size=10, cell="lstm", hidden_sizes=[5], embedding_size=5, tie_weights=True)
+    # the module's defaults, given explicitly, are 'not given': the pretrained architecture wins, nothing conflicts
+    merged = merge_architecture(pretrained, ours, vocab_size=10)
+    assert (merged["cell"], merged["hidden_sizes"], merged["embedding_size"], merged["tie_weights"]) == ("lstm", [5], 5, True)
+    assert set(_defaults()) == set(ARCHITECTURE)

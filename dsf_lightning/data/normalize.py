@@ -9,7 +9,7 @@ of its words to ``<unk>``. A normalizer turns raw text into that form::
     "hello world\\nit 's N N higher"
 
 Registry: ``none`` (no normalizer: :func:`get_normalizer` returns None), ``ptb``, ``ptb-char``, ``imdb``
-(IMDB reviews as :func:`dsf_lightning.data.corpora.imdb.normalize_review` writes them);
+(IMDB reviews as :func:`normalize_review` writes them);
 :func:`register_normalizer` adds more. A corpus names the normalizer that turns raw text into its form on
 its spec (``CorpusSpec.normalizer``: ``ptb`` for ``ptb``; :func:`dsf_lightning.data.corpora.normalizer_for_corpus`
 reads it). A pretrained folder records its normalizer in
@@ -327,16 +327,39 @@ class PTBCharNormalizer(Normalizer):
 
 
 # ============================================================================================= IMDB
+_REVIEW_BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
+_REVIEW_EMOTICON = re.compile(r"(?<!\S)[:;=8][-o*']?[)\](\[dDpP/\\|]+(?!\S)")
+_REVIEW_NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
+_REVIEW_OTHER = re.compile(r"[^a-z\s.,!?;:'\"()\-\x01-\x03]")  # after numbers became \x02
+_REVIEW_APOSTROPHE = re.compile(r"(?<![a-z])'|'(?![a-z])")  # apostrophes inside words stay
+_REVIEW_COMBINING = re.compile("[\u0300-\u036f]")
+_REVIEW_PUNCTUATION = ".,!?;:\"()-"
+
+
+def normalize_review(text: str) -> str:
+    """One review as a line of space-separated words, punctuation and special tokens.
+
+    >>> normalize_review("Great film :)<br /><br />10/10, Café!")
+    'great film <emo> <num> <sym> <num> , cafe !'
+    """
+    text = _REVIEW_EMOTICON.sub(" \x01 ", _REVIEW_BR.sub(" ", text))
+    if not text.isascii():
+        text = _REVIEW_COMBINING.sub("", unicodedata.normalize("NFKD", text))
+    text = _REVIEW_OTHER.sub(" \x03 ", _REVIEW_NUMBER.sub(" \x02 ", text.lower()))
+    for c in _REVIEW_PUNCTUATION:
+        text = text.replace(c, f" {c} ")
+    text = " ".join(_REVIEW_APOSTROPHE.sub(" ' ", text).split())
+    return text.replace("\x01", "<emo>").replace("\x02", "<num>").replace("\x03", "<sym>")
+
+
 @register_normalizer("imdb")
 class IMDBNormalizer(Normalizer):
     """IMDB reviews in the form the ``imdb`` corpora and ``IMDBSentimentDataModule`` read them
-    (:func:`~dsf_lightning.data.corpora.imdb.normalize_review`: lower case, ``<br />`` dropped, numbers as
+    (:func:`normalize_review`: lower case, ``<br />`` dropped, numbers as
     ``<num>``, emoticons as ``<emo>``, punctuation split off). A review is one sequence: each line is one piece,
     never split into sentences."""
 
     description = "IMDB reviews: lower case, <br /> dropped, numbers <num>, emoticons <emo>, punctuation split off"
 
     def sentences(self, line: str) -> list[tuple[str, bool]]:
-        from .corpora.imdb import normalize_review
-
         return [(normalize_review(line), False)]

@@ -21,6 +21,7 @@ From Python, the same: ``LanguageModelModule(init_from=..., vocab_size=...)`` wi
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from functools import lru_cache
 from typing import Any
@@ -51,10 +52,11 @@ def load_for_finetuning(name_or_path: str):
 
 
 def _defaults() -> dict[str, Any]:
-    from .language_model import LanguageModelModule
-
-    params = inspect.signature(LanguageModelModule.__init__).parameters
-    return {name: params[name].default for name in ARCHITECTURE}
+    """The architecture arguments' defaults: the model's (:class:`LMConfig`'s fields), which
+    ``LanguageModelModule``'s arguments repeat (tests/test_finetune.py checks that they agree)."""
+    fields = {f.name: f for f in dataclasses.fields(LMConfig)}
+    return {name: fields[name].default_factory() if fields[name].default is dataclasses.MISSING else fields[name].default
+            for name in ARCHITECTURE}
 
 
 def _cell_defaults(cell: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..normalize import NormalizerError, get_normalizer
 from ..tokenizers import SubwordTokenizer, Tokenizer
 from ..vocab import Vocabulary, VocabularyError
 from . import cache as _cache
@@ -165,8 +166,6 @@ class CorpusSpec(abc.ABC):
 def register_corpus(spec: CorpusSpec) -> CorpusSpec:
     """Make ``spec`` loadable by name with :func:`load_corpus`, and its facts (dataset id, language,
     normalizer, files) known to every part of the library that asks for them by the corpus's name."""
-    from ..normalize import NormalizerError, get_normalizer
-
     if spec.name in _REGISTRY and type(_REGISTRY[spec.name]) is not type(spec):
         raise CorpusError(f"corpus name {spec.name!r} is already registered")
     taken = [n for n in (spec.name, *spec.aliases) if _owner(n) not in (None, spec.name)]
@@ -305,8 +304,6 @@ def load_corpus(
     Other keyword arguments are the corpus's options (e.g. ``language`` for wmt-small).
     """
     start = time.perf_counter()
-    from ..normalize import NormalizerError, get_normalizer
-
     try:
         normalizer = get_normalizer(normalize)
     except NormalizerError as err:

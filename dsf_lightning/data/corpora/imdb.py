@@ -13,11 +13,10 @@ symbols with special tokens"). Words are then split into sec. 4.3 subwords with 
 from __future__ import annotations
 
 import json
-import re
-import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..normalize import normalize_review
 from ..tokenizers import SubwordTokenizer, Tokenizer
 from .base import CorpusSpec, Line, register_corpus
 from .files import CorpusError, FileSpec, read_lines
@@ -27,31 +26,6 @@ SHA256 = {
     "test": "33fb536bf1ce694d8debb203af4d6ca791c0d7ed32675e17b74560d425bd7126",
 }
 IMDB_SUBWORD_MIN_COUNT = 182  # dictionary of 1,926 symbols, as the paper
-_BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
-_EMOTICON = re.compile(r"(?<!\S)[:;=8][-o*']?[)\](\[dDpP/\\|]+(?!\S)")
-_NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
-_OTHER = re.compile(r"[^a-z\s.,!?;:'\"()\-\x01-\x03]")  # after numbers became \x02
-_APOSTROPHE = re.compile(r"(?<![a-z])'|'(?![a-z])")  # apostrophes inside words stay
-_COMBINING = re.compile("[\u0300-\u036f]")
-_PUNCTUATION = ".,!?;:\"()-"
-
-
-def normalize_review(text: str) -> str:
-    """One review as a line of space-separated words, punctuation and special tokens.
-
-    >>> normalize_review("Great film :)<br /><br />10/10, Café!")
-    'great film <emo> <num> <sym> <num> , cafe !'
-    """
-    text = _EMOTICON.sub(" \x01 ", _BR.sub(" ", text))
-    if not text.isascii():
-        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text))
-    text = _OTHER.sub(" \x03 ", _NUMBER.sub(" \x02 ", text.lower()))
-    for c in _PUNCTUATION:
-        text = text.replace(c, f" {c} ")
-    text = " ".join(_APOSTROPHE.sub(" ' ", text).split())
-    return text.replace("\x01", "<emo>").replace("\x02", "<num>").replace("\x03", "<sym>")
-
-
 class IMDBSubword(CorpusSpec):
     name = "imdb-subword"
     description = "IMDB movie reviews (Maas et al. 2011), vowel-based subwords (DSF paper sec. 4.3)"
