@@ -74,6 +74,10 @@ def test_export_of_a_pretrained_folder_says_it_is_one_already(tmp_path):
 @pytest.mark.parametrize("args, expected", [
     (["fit", "--config", "BAD"], "Problems parsing config"),          # a YAML syntax error: jsonargparse's 3-line message
     (["test", "--model.bogus", "1"], "unrecognized arguments: --model.bogus 1"),
+    # a class the recipe policy refuses, nested in init_args: jsonargparse names it, the policy says what is allowed
+    (["fit", "--trainer.plugins", '[{class_path: lightning.pytorch.plugins.AsyncCheckpointIO, '
+      'init_args: {checkpoint_io: {class_path: torch.serialization.io.FileIO}}}]'],
+     "may name only these classes"),
 ])
 def test_a_parse_error_of_a_lightning_command_is_one_line_without_the_usage_block(tmp_path, args, expected):
     (tmp_path / "bad.yaml").write_text("model:\n  cell: [delta-rnn\n")

@@ -514,6 +514,7 @@ class _Policy:
         self.denied: list[str] = []
         self.too_complex: list[str] = []
         self.remote: list[str] = []
+        self.reported = False  # the refusal was already printed (as the parse error's one line)
 
     def message(self) -> str | None:
         if self.too_complex:
@@ -529,10 +530,10 @@ class _Policy:
 _ACTIVE: list[_Policy] = []  # the policies of the recipe_policy blocks now open, innermost last
 
 
-def active_refusal() -> str | None:
-    """What the innermost open :func:`recipe_policy` refused so far (its message), or None: a parse error handler
-    leaves such an error to :func:`guarded`, which prints it as the command's one line."""
-    return _ACTIVE[-1].message() if _ACTIVE else None
+def active_policy() -> _Policy | None:
+    """The innermost open :func:`recipe_policy` (what it refused so far), or None outside one: a parse error handler
+    asks it whether the error is a refusal that :func:`guarded` reports."""
+    return _ACTIVE[-1] if _ACTIVE else None
 
 
 def _option_in_progress() -> str:
@@ -693,7 +694,7 @@ def guarded(call, *args, allow_remote_paths: bool = False, **kwargs):
         try:
             return call(*args, **kwargs)
         except (SystemExit, ArgumentError) as err:  # a parser that exits, or one with exit_on_error=False
-            if (isinstance(err, SystemExit) and err.code in (0, None)) or policy.message() is None:
+            if (isinstance(err, SystemExit) and err.code in (0, None)) or policy.message() is None or policy.reported:
                 raise
             message = policy.message()
         except (ImportDenied, ConfigTooComplexError) as err:  # outside a parse (e.g. at instantiation)
