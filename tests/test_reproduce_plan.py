@@ -123,3 +123,13 @@ def test_rows_measured_later_are_recorded_failed_when_what_they_wait_on_failed(t
     entry = record.state["rows"][dynamic.key]
     assert entry["status"] == "done" and entry["measured"] == 98.0 and entry["parent_finished"] == 123.0
     assert record.close()["ran"] == [dynamic.key] and (tmp_path / "irlm-table2.md").is_file()
+
+
+def test_a_rows_recipe_that_does_not_parse_is_one_line_as_in_dsf_fit(tmp_path, capsys):
+    from dsf_lightning.reproduce.runner import run_row
+
+    with pytest.raises(SystemExit) as exit_:
+        run_row({"args": ["--model.bogus", "1"], "workdir": str(tmp_path), "metric": "test_ppl"})
+    assert exit_.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("dsf fit: error: ") and "--model.bogus" in lines[0], lines

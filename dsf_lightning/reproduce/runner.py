@@ -52,10 +52,12 @@ import math
 import os
 import shlex
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -365,6 +367,11 @@ def _fingerprints(table: Table, row: Row, scale: str, recipe: Any, recipe_text: 
 CHILD_ENTRY = "dsf_lightning.reproduce.row"
 
 
+def _report_row_parse_error(message: str) -> None:
+    """A row's recipe that does not parse: one line on the row's stderr (its log), as ``dsf fit`` prints it."""
+    print(f"dsf fit: error: {message} (the options: dsf fit --help)", file=sys.stderr)
+
+
 def run_row(spec: dict, build_cli: Callable | None = None) -> dict:
     """Fit then test one row in this process (``spec``: args, workdir, metric, resume, threads); returns its results.
 
@@ -393,7 +400,9 @@ def run_row(spec: dict, build_cli: Callable | None = None) -> dict:
         with warnings.catch_warnings():  # "args given and sys.argv too": intended here
             warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
             if build_cli is None:
-                from ..recipe_cli import lightning_cli as build_cli
+                from ..recipe_cli import lightning_cli
+
+                build_cli = partial(lightning_cli, report_parse_error=_report_row_parse_error)
             cli = build_cli(spec["args"], run=False)
         trainer, model, data = cli.trainer, cli.model, cli.datamodule
         progress = RowProgress(workdir)
