@@ -244,20 +244,18 @@ def check_cluster_environments(plugins) -> None:
 def _one_line_parse_error(parser, error, report: Callable[[str], None], message: str, ex: Exception | None = None):
     """A parse error handed to ``report`` (the ``dsf`` command's one line, exit 2) instead of jsonargparse's usage
     block, tip and a message that may span lines (YAML's); parses that only probe (``exit_on_error`` off) still
-    raise, as jsonargparse's own ``error`` does. A parse the recipe policy refused: a URL or unbounded YAML exits
-    silently (:func:`~dsf_lightning.training.recipe_guard.guarded` reports that one line); a class not allowed is
-    jsonargparse's message (it names the class as the recipe gave it, even nested in ``init_args``) followed by the
-    policy's (the classes allowed), on one line."""
+    raise, as jsonargparse's own ``error`` does. A parse the recipe policy refused (a URL, a class not allowed,
+    unbounded YAML) exits without a line here: :func:`~dsf_lightning.training.recipe_guard.guarded` raises it as
+    one error (for a class not allowed, jsonargparse's message, which names the class as the recipe gave it even
+    nested in ``init_args``, then the classes allowed)."""
     from .training.recipe_guard import active_policy
 
     if not parser.exit_on_error:
         return error(message, ex)
     policy = active_policy()
-    refusal = policy.message() if policy is not None else None
-    if refusal is not None and (policy.remote or policy.too_complex):
+    if policy is not None and policy.message() is not None:
+        policy.parse_error = " ".join(str(message).split())
         raise SystemExit(2)
-    if refusal is not None:
-        message, policy.reported = f"{message} -- {refusal}", True
     report(" ".join(str(message).split()))
     raise SystemExit(2)
 

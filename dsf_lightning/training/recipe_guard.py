@@ -514,7 +514,7 @@ class _Policy:
         self.denied: list[str] = []
         self.too_complex: list[str] = []
         self.remote: list[str] = []
-        self.reported = False  # the refusal was already printed (as the parse error's one line)
+        self.parse_error: str | None = None  # jsonargparse's message for a refused class (it names the class as given)
 
     def message(self) -> str | None:
         if self.too_complex:
@@ -694,9 +694,11 @@ def guarded(call, *args, allow_remote_paths: bool = False, **kwargs):
         try:
             return call(*args, **kwargs)
         except (SystemExit, ArgumentError) as err:  # a parser that exits, or one with exit_on_error=False
-            if (isinstance(err, SystemExit) and err.code in (0, None)) or policy.message() is None or policy.reported:
+            if (isinstance(err, SystemExit) and err.code in (0, None)) or policy.message() is None:
                 raise
             message = policy.message()
+            if policy.parse_error and not (policy.remote or policy.too_complex):
+                message = f"{policy.parse_error} -- {message}"
         except (ImportDenied, ConfigTooComplexError) as err:  # outside a parse (e.g. at instantiation)
             message = policy.message() or str(err)
     raise UnsafeRecipeError(message)
