@@ -189,8 +189,14 @@ def test_sigkill_at_every_window_and_validation_then_resume_in_a_chain(straight,
             continue
         left = load(last)
         step = left["global_step"]
-        assert_same_training_state(left, load(s_out / "ckpt" / f"step={step}.ckpt"), f"last.ckpt at kill {point}")
-        report.append(f"{point}: last.ckpt at step {step} == the uninterrupted run's")
+        # the last window of an epoch has two checkpoints in the uninterrupted run: before its validation (the step's)
+        # and after it (the epoch's end: a resumed run that redid the validation writes last.ckpt there, as the
+        # uninterrupted run's own last.ckpt is)
+        after_validation = left["dsf_position"]["validated"]
+        want = s_out / "ckpt" / ("epochs" if after_validation else "") / (
+            f"epoch={left['dsf_position']['epoch']}.ckpt" if after_validation else f"step={step}.ckpt")
+        assert_same_training_state(left, load(want), f"last.ckpt at kill {point}")
+        report.append(f"{point}: last.ckpt at step {step}{' after validation' if after_validation else ''} == the uninterrupted run's")
     assert in_child(train, out, ckpts, resume=last) == 0
     print("\n" + "\n".join(report))
     losses, vals = assert_logs_match(out, s_losses, s_vals)
