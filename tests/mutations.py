@@ -66,17 +66,17 @@ MUTATIONS: list[Mutation] = [
         (VD,), k="lstm", what="variational dropout mask also on c where the peephole matrices read it (U c)",
     ),
     Mutation(
-        "b-eval-draws-state-masks", "dsf_lightning/model/__init__.py",
+        "b-eval-draws-state-masks", "dsf_lightning/model/recurrent_lm.py",
         "if not self.training or p == 0 or index is None:", "if p == 0 or index is None:",
         (f"{R2}::test_evaluation_draws_no_dropout_mask",), what="recurrent dropout masks drawn in evaluation",
     ),
     Mutation(
-        "b-eval-drops-input-output", "dsf_lightning/model/__init__.py",
+        "b-eval-drops-input-output", "dsf_lightning/model/recurrent_lm.py",
         "if not self.training or p == 0:\n            return y", "if p == 0:\n            return y",
         (f"{R2}::test_evaluation_draws_no_dropout_mask",), what="input / output dropout in evaluation",
     ),
     Mutation(
-        "c-lm-mask-unscaled", "dsf_lightning/model/__init__.py",
+        "c-lm-mask-unscaled", "dsf_lightning/model/recurrent_lm.py",
         "return like.new_empty(shape).bernoulli_(1 - p) / (1 - p)", "return like.new_empty(shape).bernoulli_(1 - p)",
         (f"{R2}::test_every_lm_mask_is_scaled_by_one_over_keep_probability",), what="the LM's masks without 1/(1-p)",
     ),
@@ -181,7 +181,7 @@ MUTATIONS: list[Mutation] = [
         ("tests/training/test_tbptt.py",), what="targets two tokens ahead instead of the next token",
     ),
     Mutation(
-        "tbptt-state-not-detached", "dsf_lightning/model/__init__.py",
+        "tbptt-state-not-detached", "dsf_lightning/model/recurrent_lm.py",
         "return tuple(tuple(s.detach() for s in layer) for layer in state)", "return tuple(tuple(s for s in layer) for layer in state)",
         ("tests/training/test_tbptt.py::test_detaching_the_carried_state_stops_gradients_at_the_window",),
         what="truncated BPTT that does not cut the graph at the window",
