@@ -1,16 +1,16 @@
 """Regularizers from the papers that act on the weights or the dynamics, outside the cells.
 
 * :func:`sobolev_penalty` (and the cheaper :func:`sobolev_penalty_estimate`): the Sobolev-type
-  penalty of Kabdolov, Assylbekov & Takhanov, "Reproducing and Regularizing the SCRN Model"
-  (``papers/scrn_reproducing_and_regularizing.md``), sec. 7, eq. 10::
+  penalty of Kabdolov, Assylbekov & Takhanov (2018, "Reproducing and Regularizing the SCRN Model"),
+  sec. 7, eq. 10::
 
       L_Sobolev = beta * sum_{t=1}^{K} || d h_t / d h_{t-1} ||_F^2
 
   Closed forms where the cell declares one (``RecurrentCell.jacobian_norm``: the SCRN, the derivation at
   the end of sec. 7, and the IRLM, a diagonal recurrence), the exact Jacobian by ``torch.func`` for every
   other cell.
-* :func:`normalize_columns`: column normalization of Pachitariu & Sahani, "Regularization and
-  nonlinearities for neural language models" (``papers/irlm_regularization_and_nonlinearities.md``),
+* :func:`normalize_columns`: column normalization of Pachitariu & Sahani (2013, "Regularization and
+  nonlinearities for neural language models: when are they needed?"),
   sec. 4: "fixing the L2 norm of the incoming/outgoing weights to each hidden unit" of the encoding
   matrix W and the decoding matrix Z (the value 15 was cross-validated on Penn). The Lightning
   callback that applies it after every optimizer step is

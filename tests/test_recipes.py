@@ -162,7 +162,8 @@ def test_the_task_form_is_detected_from_the_command_line_too(tmp_path):
     assert is_task_recipe(["--model.class_path", "dsf_lightning.tasks.SequenceTagger"])
 
 
-# DSF paper Table 2 (papers/delta_rnn_differential_state_framework.md), PTB-SW column: # Params per row
+# DSF paper Table 2 (Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language Models with the Differential
+# State Framework"), PTB-SW column: # Params per row
 DSF_TABLE2_PTB_PARAMS = {
     "elman": 1_272_464, "scrn": 1_268_604, "mgu": 1_278_692, "mi_rnn": 1_267_904,
     "gru": 1_272_404, "lstm": 1_274_804, "delta_rnn": 1_268_154,

@@ -1,5 +1,5 @@
-"""Centroid prototypes and transition counts of state-regularized RNNs (Wang & Niepert,
-``papers/sr_rnn_state_regularized.md``: sec. 3.1, appendix E, and the prototypes of sec. 5 / Fig. 13).
+"""Centroid prototypes and transition counts of state-regularized RNNs (Wang & Niepert 2019, "State-Regularized
+Recurrent Neural Networks": sec. 3.1, appendix E, and the prototypes of sec. 5 / Fig. 13).
 
 An sr-RNN moves, at every step, to centroid ``i`` with probability ``alpha_i`` (eq. 2). Running a
 data set through it and following the most probable centroid at each step (as DFA extraction does,

@@ -1,5 +1,5 @@
-"""The most influential predecessor of every word in a RAN (Lee, Levy & Zettlemoyer, sec. 2.2 and 5,
-``papers/ran_recurrent_additive_networks.md``).
+"""The most influential predecessor of every word in a RAN (Lee, Levy & Zettlemoyer 2017, "Recurrent Additive
+Networks", sec. 2.2 and 5).
 
 A RAN's cell state is a component-wise weighted sum of its (projected) inputs (eq. 3)::
 

@@ -1,5 +1,5 @@
-"""Sentence completion by language-model score: the MRSC protocol of the IRLM paper (sec. 5.3,
-``papers/irlm_regularization_and_nonlinearities.md``).
+"""Sentence completion by language-model score: the MRSC protocol of the IRLM paper (Pachitariu & Sahani 2013,
+"Regularization and nonlinearities for neural language models: when are they needed?", sec. 5.3).
 
 Each question is a sentence with one blank (``___``, three or more underscores) and candidate words
 (five in the Microsoft Research Sentence Completion Challenge). Every candidate is filled in, the

@@ -1,5 +1,5 @@
-"""The state-delta score of the DSF paper (Fig. 2 and footnote 15,
-``papers/delta_rnn_differential_state_framework.md``).
+"""The state-delta score of the DSF paper (Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language Models
+with the Differential State Framework", Fig. 2 and footnote 15).
 
 For a sentence ``w_1 .. w_T`` run after the start/null token (``<eos>``, whose state is ``h_0``), the L1
 norm (Manhattan distance) of every consecutive pair of hidden states::

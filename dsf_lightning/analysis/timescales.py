@@ -1,5 +1,5 @@
-"""IRLM timescales (Pachitariu & Sahani, sec. 5.1 and Fig. 1,
-``papers/irlm_regularization_and_nonlinearities.md``).
+"""IRLM timescales (Pachitariu & Sahani 2013, "Regularization and nonlinearities for neural language models: when
+are they needed?", sec. 5.1 and Fig. 1).
 
 In the IRLM ``x_t = W y_t + r * x_{t-1}`` the contribution of a word ``tau`` steps back decays like
 ``r^tau = exp(tau log r)``, so each unit's timescale is ``-1 / log|r|`` (in words). The paper's

@@ -11,8 +11,8 @@ so that the whole-sequence path can hoist the input matrix multiplies out of the
 ``step`` and ``forward`` are built from these two and must agree (the central test of the suite:
 step loop == sequence == chunks with carried state).
 
-Variational (recurrent) dropout (Gal & Ghahramani 2016; SCRN paper eq. 9,
-``papers/scrn_reproducing_and_regularizing.md``) reaches a cell as ``state_masks`` (one tensor or None
+Variational (recurrent) dropout (Gal & Ghahramani 2016; SCRN paper eq. 9: Kabdolov, Assylbekov & Takhanov 2018,
+"Reproducing and Regularizing the SCRN Model") reaches a cell as ``state_masks`` (one tensor or None
 per state tensor, the same mask at every step). A mask multiplies its state only where the step's
 recurrent weight matrices read it (``V h_{t-1}``, ``R h_{t-1}``, ``V_h (q_t * h_{t-1})``, ...), never
 where the state is carried forward (the Delta-RNN's ``r * h_{t-1}``, the GRU's ``(1 - r) h_{t-1}``, the

@@ -1,8 +1,7 @@
 """The baseline cells the Differential State Framework is compared with.
 
-Equations are quoted from Ororbia II, Mikolov & Reitter, "Learning Simpler Language Models with the
-Differential State Framework" (``papers/delta_rnn_differential_state_framework.md``, "DSF" below),
-unless another paper is named:
+Equations are quoted from Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language Models with the
+Differential State Framework" ("DSF" below), unless another paper is named:
 
 * ``elman``      the simple recurrent network, DSF eq. 6: ``h_t = phi(V h_{t-1} + W x_t + b)``.
 * ``mi-rnn``     the second-order / multiplicative-integration RNN of Wu et al. (2016) in the general
@@ -11,8 +10,8 @@ unless another paper is named:
                      h_t = phi(alpha * V h_{t-1} * W x_t + beta1 * V h_{t-1} + beta2 * W x_t + b)
 
 * ``lstm``       the LSTM of DSF sec. 3 (eqs 16-17 and the c_t, z_t, i_t, f_t equations that follow),
-                 optionally with peepholes: diagonal (Graves 2013, the state-regularization paper's
-                 ``papers/sr_rnn_state_regularized.md`` eqs 7-9) or full matrices (``U c``, DSF eqs
+                 optionally with peepholes: diagonal (Graves 2013; Wang & Niepert 2019, "State-Regularized
+                 Recurrent Neural Networks", eqs 7-9) or full matrices (``U c``, DSF eqs
                  16-17 and its Table 2 parameter counts: ``peepholes: matrix``)::
 
                      z_t = tanh(W_z x_t + V_z h_{t-1} + b_z)
@@ -31,9 +30,9 @@ unless another paper is named:
 
 * ``mgu``        the Minimal Gated Unit (Zhou et al. 2016) as DSF sec. 3 describes it: the GRU outer
                  function (eq. 18-19) with one forget gate, also used as the inner function's reset.
-* ``srelu-rnn``  the smoothed-rectifier RNN of Pachitariu & Sahani, "Regularization and nonlinearities
-                 for neural language models" (``papers/irlm_regularization_and_nonlinearities.md``,
-                 sec. 2.2): ``x_t = f(W y_t + R x_{t-1})`` with ``f(x) = max(0, x - a tanh(x / a))``.
+* ``srelu-rnn``  the smoothed-rectifier RNN of Pachitariu & Sahani 2013, "Regularization and nonlinearities
+                 for neural language models: when are they needed?" (sec. 2.2):
+                 ``x_t = f(W y_t + R x_{t-1})`` with ``f(x) = max(0, x - a tanh(x / a))``.
 
 All cells hoist every input product (and the biases) into :meth:`project_inputs`, so that a whole
 sequence costs one input matmul; the recurrent products of a step are stacked into one matmul where

@@ -1,5 +1,5 @@
-"""The Differential State Framework cells (Ororbia II, Mikolov & Reitter, "Learning Simpler Language
-Models with the Differential State Framework", ``papers/delta_rnn_differential_state_framework.md``).
+"""The Differential State Framework cells (Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language
+Models with the Differential State Framework").
 
 A DSF cell computes a fast, data-driven state proposal ``z_t = g(x_t, h_{t-1})`` (the inner function)
 and interpolates it with the slowly moving previous state (the outer function, eq. 3)::

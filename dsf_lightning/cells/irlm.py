@@ -1,6 +1,5 @@
-"""The impulse-response language model (IRLM) of Pachitariu & Sahani, "Regularization and
-nonlinearities for neural language models: when are they needed?"
-(``papers/irlm_regularization_and_nonlinearities.md``).
+"""The impulse-response language model (IRLM) of Pachitariu & Sahani (2013, "Regularization and
+nonlinearities for neural language models: when are they needed?").
 
 The RNN of sec. 2.1, ``x_t = f(W y_t + R x_{t-1})``, with the nonlinearity f replaced by the identity
 and the recurrent matrix R made diagonal (sec. 3)::

@@ -1,5 +1,4 @@
-"""Recurrent Additive Networks (Lee, Levy & Zettlemoyer, "Recurrent Additive Networks",
-``papers/ran_recurrent_additive_networks.md``).
+"""Recurrent Additive Networks (Lee, Levy & Zettlemoyer 2017, "Recurrent Additive Networks").
 
 The state is updated by a purely additive, gated, component-wise sum of the (linearly projected)
 input and the previous state; the only nonlinearities are in the gates (and the output function g)::

@@ -1,6 +1,5 @@
 """The Structurally Constrained Recurrent Network (Mikolov et al., 2015) as written by Kabdolov,
-Assylbekov & Takhanov, "Reproducing and Regularizing the SCRN Model"
-(``papers/scrn_reproducing_and_regularizing.md``).
+Assylbekov & Takhanov (2018, "Reproducing and Regularizing the SCRN Model").
 
 Two states: a slowly changing *context* state ``s`` (a fixed-rate leaky average of the input, no
 nonlinearity) and a quickly changing *hidden* state ``h``. In the paper's row-vector notation::

@@ -1,5 +1,4 @@
-"""State-regularized RNNs (Wang & Niepert, "State-Regularized Recurrent Neural Networks", ICML 2019,
-``papers/sr_rnn_state_regularized.md``).
+"""State-regularized RNNs (Wang & Niepert 2019, "State-Regularized Recurrent Neural Networks", ICML).
 
 An sr-RNN cell is a standard cell (the *recurrent component*, eq. 1) followed by a *stochastic
 component* that snaps the state the cell produced onto a finite set of ``k`` learnable centroids

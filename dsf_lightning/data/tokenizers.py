@@ -9,8 +9,8 @@ end-of-line symbol ``eos`` (``eos=None`` appends nothing), and round-trips throu
 (:meth:`Tokenizer.to_json`, :func:`tokenizer_from_json`), learned state included.
 
 The subword tokenizer implements the segmentation of the Delta-RNN paper
-(Ororbia et al., "Learning Simpler Language Models with the Differential State Framework",
-sec. 4.3; ``papers/delta_rnn_differential_state_framework.md``), see :class:`SubwordTokenizer`.
+(Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language Models with the Differential State Framework",
+sec. 4.3), see :class:`SubwordTokenizer`.
 """
 
 from __future__ import annotations

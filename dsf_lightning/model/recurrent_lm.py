@@ -5,9 +5,9 @@ The model keeps no state of its own: ``forward(tokens, state) -> (logits, state)
 tuple holding one cell state (itself a tuple of ``[B, n]`` tensors) per layer, so truncated BPTT,
 scoring and dynamic evaluation carry it explicitly.
 
-Dropout follows the SCRN paper (``papers/scrn_reproducing_and_regularizing.md``): naive dropout
-(sec 4.2, Zaremba et al.: fresh masks per time step on the non-recurrent connections — the embedding
-output ``y^(0)`` with ``dropout_input`` and each layer output ``y^(l)`` with ``dropout_output``) or
+Dropout follows the SCRN paper (Kabdolov, Assylbekov & Takhanov 2018, "Reproducing and Regularizing the SCRN
+Model"): naive dropout (sec 4.2, Zaremba et al.: fresh masks per time step on the non-recurrent connections —
+the embedding output ``y^(0)`` with ``dropout_input`` and each layer output ``y^(l)`` with ``dropout_output``) or
 variational dropout (sec 4.3, eq. 9, Gal & Ghahramani: one mask per sequence window for inputs,
 outputs and the recurrent state h with ``dropout_hidden``, which drops h only where the recurrent
 weight matrices read it, never the state a cell carries forward nor the SCRN context s; the IRLM,

@@ -1,8 +1,9 @@
 """``through_final_state``: put a whole-sequence result's last step on the loss graph as its own tensor.
 
 A reference step loop returns its final state ``h_T`` as the very tensor the last output was computed
-from, so ``dL/dh_T`` lands in ``h_T.grad`` (``retain_grad``): iterative inference (DSF paper sec. 2.5,
-``papers/delta_rnn_differential_state_framework.md``) steps the carried state along it. A fast path
+from, so ``dL/dh_T`` lands in ``h_T.grad`` (``retain_grad``): iterative inference (DSF paper sec. 2.5:
+Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language Models with the Differential State Framework")
+steps the carried state along it. A fast path
 computes all steps at once (``[T, B, H]`` from one autograd Function); slicing ``hs[-1]`` off it gives a
 tensor that no loss reads, whose ``.grad`` stays None. :func:`through_final_state` returns
 ``(seq_out, last)``: ``seq_out`` has ``seq``'s values (no copy) and its last step's gradient flows back

@@ -12,11 +12,11 @@ The recurrence (all products element-wise except ``V``; every ``*_t`` is precomp
 The mask drops ``h_{t-1}`` only where the recurrent matrix ``V`` reads it (Gal & Ghahramani; SCRN
 paper eq. 9); the interpolation carries the undropped state.
 
-It is the Delta-RNN of the Differential State Framework (Ororbia II, Mikolov & Reitter,
-``papers/delta_rnn_differential_state_framework.md``, eqs 3-5, 8, 10-12: ``c1 = alpha Wx + beta1``,
+It is the Delta-RNN (Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language Models with the Differential
+State Framework", eqs 3-5, 8, 10-12: ``c1 = alpha Wx + beta1``,
 ``c0 = beta2 Wx + b`` for the general inner function, ``c1 = 1, c0 = Wx + b`` for the Elman one,
 ``c1 = Wx, c0 = b`` for the second-order one, ``r`` the interpolation gate) and, without a gate, the
-SCRN's fast state (Kabdolov et al., ``papers/scrn_reproducing_and_regularizing.md``, eq. 2:
+SCRN's fast state (Kabdolov, Assylbekov & Takhanov 2018, "Reproducing and Regularizing the SCRN Model", eq. 2:
 ``c0 = x A + s P + b``, ``phi = sigma``).
 
 Why it is fast

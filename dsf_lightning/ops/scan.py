@@ -2,15 +2,14 @@
 
 Where it is used
 ----------------
-* the IRLM (Pachitariu & Sahani, "Regularization and nonlinearities for neural language models: when
-  are they needed?", ``papers/irlm_regularization_and_nonlinearities.md``, sec. 3): the whole state
+* the IRLM (Pachitariu & Sahani 2013, "Regularization and nonlinearities for neural language models: when
+  are they needed?", sec. 3): the whole state
   ``x_t = W y_t + r * x_{t-1}`` is this recurrence with a constant ``a = r``;
-* the SCRN (Mikolov et al. 2015, as in Kabdolov, Assylbekov & Takhanov, "Reproducing and Regularizing
-  the SCRN Model", ``papers/scrn_reproducing_and_regularizing.md``, eq. 1): the context state
+* the SCRN (Mikolov et al. 2015, as in Kabdolov, Assylbekov & Takhanov 2018, "Reproducing and Regularizing
+  the SCRN Model", eq. 1): the context state
   ``s_t = (1 - alpha) B x_t + alpha s_{t-1}`` is this recurrence with a constant ``a = alpha``;
-* the RAN (Lee, Levy & Zettlemoyer, "Recurrent Additive Networks",
-  ``papers/ran_recurrent_additive_networks.md``, eqs 1-3): ``c_t = i_t * c~_t + f_t * c_{t-1}`` is this
-  recurrence with ``a_t = f_t``, ``b_t = i_t * c~_t`` *once the gates are known* (they depend on
+* the RAN (Lee, Levy & Zettlemoyer 2017, "Recurrent Additive Networks", eqs 1-3): ``c_t = i_t * c~_t + f_t * c_{t-1}``
+  is this recurrence with ``a_t = f_t``, ``b_t = i_t * c~_t`` *once the gates are known* (they depend on
   ``h_{t-1}``, so the cell itself still needs a step loop; see :mod:`dsf_lightning.cells.ran`).
 
 API

@@ -1,6 +1,7 @@
 """A reduced-scale Penn Treebank comparison at an equal parameter budget and equal CPU time.
 
-The DSF paper's Table 1 (``papers/delta_rnn_differential_state_framework.md``) orders its word-level
+The DSF paper's Table 1 (Ororbia II, Mikolov & Reitter 2017, "Learning Simpler Language Models with the
+Differential State Framework") orders its word-level
 PTB models as RNN (124.7) > LSTM (115.0) = SCRN (115.0) > MI-RNN (109.2) > Delta-RNN (100.3) test
 perplexity, each model trained to convergence on a GPU. This experiment asks whether that ordering holds
 at a scale a CPU can afford, with every model given the same two things:

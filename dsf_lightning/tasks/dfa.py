@@ -9,8 +9,8 @@ Two halves:
   disagree on (so equivalence is exact, not sampled), counts and unranks the strings of a given
   length it accepts or rejects (uniform sampling of a language), scores labelled strings, and
   serializes to JSON / Graphviz.
-* :func:`extract_dfa`: the transition-function extraction of the sr-RNN paper (Wang & Niepert 2019,
-  sec. 3.1 and appendix E, ``papers/sr_rnn_state_regularized.md``): feed the start token and then every
+* :func:`extract_dfa`: the transition-function extraction of the sr-RNN paper (Wang & Niepert 2019, "State-Regularized
+  Recurrent Neural Networks", sec. 3.1 and appendix E): feed the start token and then every
   string of a data set, move to the centroid of highest transition probability at each step, count
   the transitions ``(c_{t-1}, x_t, c_t)``, and keep for every (state, symbol) the most frequent one.
   The start state is the argmax after the start token; the accepting states are read from the

@@ -1,8 +1,8 @@
 """Sampled training objectives for large vocabularies (the exact full softmax stays for evaluation).
 
-* Noise-contrastive estimation (``kind="nce"``): the IRLM paper (Pachitariu & Sahani,
-  ``papers/irlm_regularization_and_nonlinearities.md``, sec. 5.2) trains its text8 and Gutenberg
-  models with NCE "adapted for neural language modelling by [15]" (Mnih & Teh, 2012; Gutmann &
+* Noise-contrastive estimation (``kind="nce"``): the IRLM paper (Pachitariu & Sahani 2013,
+  "Regularization and nonlinearities for neural language models: when are they needed?", sec. 5.2) trains its
+  text8 and Gutenberg models with NCE "adapted for neural language modelling by [15]" (Mnih & Teh, 2012; Gutmann &
   Hyvarinen, 2010). With the model's unnormalized score ``s(w) = z_w . h + b_w - log Z``, k noise
   words from the noise distribution q, and ``Delta(w) = s(w) - log(k q(w))``, the loss of one
   position with target t and noise words n_1..n_k is the logistic loss of telling data from noise::

@@ -1,4 +1,5 @@
-"""IRLM (Pachitariu & Sahani, papers/irlm_regularization_and_nonlinearities.md): secs 3, 5, 5.3."""
+"""IRLM (Pachitariu & Sahani 2013, "Regularization and nonlinearities for neural language models: when are they
+needed?"): secs 3, 5, 5.3."""
 
 import math
 

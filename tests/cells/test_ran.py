@@ -1,4 +1,4 @@
-"""RAN (Lee, Levy & Zettlemoyer, papers/ran_recurrent_additive_networks.md): eqs 1-3, sec. 2.1, Table 1."""
+"""RAN (Lee, Levy & Zettlemoyer 2017, "Recurrent Additive Networks"): eqs 1-3, sec. 2.1, Table 1."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""SCRN (Kabdolov et al., papers/scrn_reproducing_and_regularizing.md): eqs 1-2, 5, 7, sec. 6.1."""
+"""SCRN (Kabdolov, Assylbekov & Takhanov 2018, "Reproducing and Regularizing the SCRN Model"): eqs 1-2, 5, 7,
+sec. 6.1."""
 
 import math
 

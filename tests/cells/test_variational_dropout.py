@@ -1,5 +1,5 @@
-"""Variational (recurrent) dropout (Gal & Ghahramani 2016; SCRN paper eq. 9,
-``papers/scrn_reproducing_and_regularizing.md``): one mask per sequence multiplies the hidden state
+"""Variational (recurrent) dropout (Gal & Ghahramani 2016; SCRN paper eq. 9: Kabdolov, Assylbekov & Takhanov
+2018, "Reproducing and Regularizing the SCRN Model"): one mask per sequence multiplies the hidden state
 *where it enters the recurrent weight matrices* (``V h_{t-1}``, ``R h_{t-1}``, ``V_h (q_t * h_{t-1})``,
 ...), never the state the cell carries forward (Delta-RNN's ``r * h_{t-1}``, the GRU's ``(1 - r) h_{t-1}``,
 the RAN's ``f * c_{t-1}``, the SCRN's context, the IRLM's diagonal recurrence).

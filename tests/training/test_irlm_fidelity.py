@@ -1,5 +1,5 @@
 """The IRLM paper's optimization and regularization, checked against the paper's own definitions
-(``papers/irlm_regularization_and_nonlinearities.md``):
+(Pachitariu & Sahani 2013, "Regularization and nonlinearities for neural language models: when are they needed?"):
 
 * sec. 3: "We used 1000-fold smaller learning rates for the self-recurrent connections than for the
   encoding and decoding parameters": one SGD step moves each self-connection r_j by
