@@ -189,7 +189,19 @@ def _dsf_table2() -> Table:
                   "state (lambda 0.1 of the searched {0.05, 0.1, 0.15}; which one each model got is not given), a Polyak "
                   "average of the weights for evaluation (its form is not given: an exponential average, decay 0.999), "
                   "the Delta-RNN's outer function tanh.",
-                  *DSF_TABLE2_UNIT_NOTES, DSF_TABLE2_LSTM_NOTE))
+                  *DSF_TABLE2_UNIT_NOTES, DSF_TABLE2_LSTM_NOTE, DSF_TABLE2_IMDB_COST))
+
+
+#: what the IMDB-SW half would cost here (measured 2026-11-29)
+DSF_TABLE2_IMDB_COST = (
+    "IMDB-SW (not run on a CPU): the recipes train 16,500-18,500 subwords per CPU second on a 2-core AMD EPYC "
+    "(AVX2, one thread a row; `python -m benchmarks.recipe_speed recipes/imdb_subword/{lstm,delta_rnn,gru}.yaml`), "
+    "and an epoch is 10,476,680 training subwords (the 22,500 labelled train reviews left after the validation "
+    "hold-out; the paper's 149,714 documents, 40.8M words, include reviews the labelled release does not have): "
+    "~10 CPU minutes an epoch, ~5 CPU hours for a row's 30 epochs, ~35 CPU hours (~18 hours of two cores) for the "
+    "seven rows. On a GPU the seven rows can run side by side (not tried: no GPU was at hand): `dsf reproduce dsf-table2 --scale paper --rows "
+    "imdb-elman,imdb-scrn,imdb-mgu,imdb-mi-rnn,imdb-gru,imdb-lstm,imdb-delta-rnn --jobs 7 --trainer.accelerator gpu`."
+)
 
 
 #: why the LSTM row trails the GRU (short runs of 2026-11-29)
