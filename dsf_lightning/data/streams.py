@@ -10,13 +10,14 @@ see exactly the same data. The loader is resumable: it remembers the next window
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 
+from .passes import LayoutError, ResumablePass
 
-class StreamLayoutError(ValueError):
+
+class StreamLayoutError(LayoutError):
     """A split cannot be laid out as the requested streams and windows."""
 
 
@@ -35,12 +36,14 @@ def batchify(tokens: Tensor, num_streams: int) -> Tensor:
     return tokens[: n * num_streams].view(num_streams, n)
 
 
-class StreamWindows:
+class StreamWindows(ResumablePass):
     """Iterable of ``(inputs [b, T], targets [b, T], window_index)`` over this rank's streams.
 
     ``batch_size`` is the total number of streams over all ranks; ``rank`` / ``world_size`` pick
     this process's contiguous block. The last window of an epoch may be shorter than ``bptt``.
     """
+
+    layout_error = StreamLayoutError
 
     def __init__(self, tokens: Tensor, batch_size: int, bptt: int, rank: int = 0, world_size: int = 1) -> None:
         if isinstance(bptt, bool) or not isinstance(bptt, int) or bptt < 1:
@@ -69,45 +72,3 @@ class StreamWindows:
         lo = index * self.bptt
         hi = min(lo + self.bptt, self.streams.shape[1] - 1)
         return self.streams[:, lo:hi], self.streams[:, lo + 1 : hi + 1], torch.tensor(index)
-
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-        start, self._start = self._start, 0  # a resumed position applies to one pass only
-        # windows of this pass already trained: none (set now, not at the first window), or as restored
-        # (a pass restored as finished stays finished until the next pass begins)
-        resumed = self.__dict__.pop("_resumed_trained", None)
-        self._trained = start if resumed is None else resumed
-        return (self.window(index) for index in range(start, len(self)))
-
-    # Lightning calls these when a checkpoint is written / restored (its ``_Stateful`` protocol). Its
-    # fetcher reads one window ahead, so the loader cannot tell from its own iteration which window was
-    # trained last: the training module reports it through :meth:`mark_trained`.
-    def mark_trained(self, index: int) -> None:
-        """Record that window ``index`` has been trained on (a checkpoint now resumes after it)."""
-        self._trained = index + 1
-
-    @property
-    def trained(self) -> int:
-        """Windows of the current pass trained so far: 0 .. ``len(self)`` (``len(self)``: the pass is done,
-        which a position modulo the pass length could not tell from "not started")."""
-        return getattr(self, "_trained", 0)
-
-    def state_dict(self) -> dict[str, int]:
-        # "start" (the next window, 0 after a finished pass) is what checkpoints have always held; "trained"
-        # and "windows" tell a finished pass from one not started (training/resume.py)
-        return {"start": self.trained % max(len(self), 1), "trained": self.trained, "windows": len(self)}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        windows = state.get("windows")
-        if windows is not None and int(windows) != len(self):
-            raise StreamLayoutError(
-                f"the checkpoint was written with {windows} windows per pass but this split has {len(self)}: "
-                "was it written with another batch size, window length or corpus?"
-            )
-        start = int(state.get("start", 0))
-        if not 0 <= start < max(len(self), 1):
-            raise StreamLayoutError(
-                f"the checkpoint resumes at window {start} but this split has {len(self)} windows: "
-                "was it written with another batch size, window length or corpus?"
-            )
-        self._start = start
-        self._resumed_trained = int(state.get("trained", start))

@@ -17,7 +17,10 @@ from typing import Any, Literal
 
 import lightning as L
 
+from ..data.passes import ResumablePass
 from ..data.streams import StreamWindows
+
+BATCHINGS = ("streams", "sentences")
 
 
 def _check_corpus(corpus: Any) -> None:
@@ -64,6 +67,14 @@ class LanguageModelDataModule(L.LightningDataModule):
             normalizer (config.json's ``normalize``) unless the corpus is already in that form (``ptb``
             for a PTB model); without, none. ``none`` turns it off. A ``predict_file`` (your text) is
             normalized by :meth:`text_normalizer`.
+        batching: ``"streams"`` (default): contiguous streams read in windows, the state carried through the
+            whole split. ``"sentences"``: the DSF paper's padded-sentence mini-batches
+            (:mod:`dsf_lightning.data.sentences`): ``batch_size`` (``eval_batch_size``) sentences a batch,
+            padded to its longest, read in ``bptt`` windows, the state starting from zeros at every batch; the
+            loss and the metrics count only real (not padded) targets. Training draws a new order of the
+            sentences every epoch (from ``seed`` and the epoch); the trainer then reloads the training loader
+            every epoch (its number of windows follows the order). ``dsf predict`` still reads streams.
+        seed: the seed of the sentence order (``batching: sentences``).
     """
 
     PREDICT_SPLITS = ("test", "valid", "train")
@@ -80,9 +91,16 @@ class LanguageModelDataModule(L.LightningDataModule):
         predict_split: Literal["test", "valid", "train"] = "test",
         predict_file: str | None = None,
         normalize: str | None = None,
+        batching: Literal["streams", "sentences"] = "streams",
+        seed: int = 0,
     ) -> None:
         super().__init__()
         _check_corpus(corpus)
+        if batching not in BATCHINGS:
+            raise ValueError(f"batching (data.batching) must be one of {', '.join(BATCHINGS)}, got {batching!r:.80}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed (data.seed) must be an integer, got {seed!r:.80}")
+        self.batching, self.seed = batching, seed
         if normalize is not None:
             from ..data.normalize import get_normalizer
 
@@ -97,7 +115,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.data_root = data_root
         self.corpus_options = dict(corpus_options or {})
         self.batch_size, self.bptt, self.eval_batch_size = batch_size, bptt, eval_batch_size
-        self._windows: dict[str, StreamWindows] = {}
+        self._windows: dict[str, ResumablePass] = {}
         # fail early on impossible layouts, before any corpus is read
         for name, value in (("batch_size", batch_size), ("bptt", bptt), ("eval_batch_size", eval_batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -179,9 +197,18 @@ class LanguageModelDataModule(L.LightningDataModule):
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         for split, streams in (("train", self.batch_size), ("valid", self.eval_batch_size), ("test", self.eval_batch_size)):
             if split in self.corpus.splits and split not in self._windows:
-                self._windows[split] = StreamWindows(self.corpus.splits[split], streams, self.bptt, rank, world)
+                self._windows[split] = self._loader(split, streams, rank, world)
 
-    def _split(self, split: str) -> StreamWindows:
+    def _loader(self, split: str, batch_size: int, rank: int, world: int) -> ResumablePass:
+        tokens = self.corpus.splits[split]
+        if self.batching == "streams":
+            return StreamWindows(tokens, batch_size, self.bptt, rank, world)
+        from ..data.sentences import SentenceBatches
+
+        return SentenceBatches(tokens, getattr(self.corpus.vocab, "eos_id", None), batch_size, self.bptt, rank, world,
+                               shuffle=split == "train", seed=self.seed, split=split)
+
+    def _split(self, split: str) -> ResumablePass:
         self.setup()
         if split not in self._windows:
             have = ", ".join(sorted(self.corpus.splits)) or "none"
@@ -195,7 +222,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         world = self.trainer.world_size if self.trainer is not None else 1
         key = (id(self.corpus), world)
         if getattr(self, "_fingerprint_cache", (None,))[0] != key:  # hashing the splits once per corpus
-            self._fingerprint_cache = (key, data_fingerprint(self.corpus, self.batch_size, self.bptt, self.eval_batch_size, world))
+            self._fingerprint_cache = (key, data_fingerprint(self.corpus, self.batch_size, self.bptt, self.eval_batch_size, world,
+                                                             batching=self.batching, seed=self.seed))
         return self._fingerprint_cache[1]
 
     def state_dict(self) -> dict[str, Any]:
@@ -227,19 +255,34 @@ class LanguageModelDataModule(L.LightningDataModule):
                 "run is no longer bit-identical to one that never stopped"
             )
 
-    def train_dataloader(self) -> StreamWindows:
-        return self._split("train")
+    def train_dataloader(self) -> ResumablePass:
+        loader = self._split("train")
+        if self.batching == "sentences" and self.trainer is not None:
+            # the pass of the epoch the trainer is in (Lightning's sampler epoch); its order decides its number
+            # of windows, which the trainer reads again only when it reloads the loader: every epoch
+            loader.set_epoch(self.trainer.fit_loop.epoch_progress.current.processed)
+            self.trainer.reload_dataloaders_every_n_epochs = 1
+        return loader
 
-    def val_dataloader(self) -> StreamWindows:
+    def val_dataloader(self) -> ResumablePass:
         return self._split("valid")
 
-    def test_dataloader(self) -> StreamWindows:
+    def test_dataloader(self) -> ResumablePass:
         return self._split("test")
 
     def predict_dataloader(self) -> StreamWindows:
-        """``predict_file`` (encoded with the corpus's tokenizer and vocabulary), else ``predict_split``."""
-        if self.predict_file is None:
+        """``predict_file`` (encoded with the corpus's tokenizer and vocabulary), else ``predict_split``; read
+        as streams whatever ``batching`` says."""
+        if self.predict_file is None and self.batching == "streams":
             return self._split(self.predict_split)
+        if self.predict_file is None:
+            key = f"predict-{self.predict_split}"
+            if key not in self._windows:
+                self._split(self.predict_split)  # an absent split: the usual error
+                rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+                self._windows[key] = StreamWindows(self.corpus.splits[self.predict_split], self.eval_batch_size,
+                                                   self.bptt, rank, world)
+            return self._windows[key]
         if "predict_file" not in self._windows:
             import torch
 

@@ -3,7 +3,10 @@
 Each training batch is one window ``(inputs [b, T], targets [b, T], window_index)`` of this rank's
 contiguous streams (:class:`~dsf_lightning.data.streams.StreamWindows`). The module carries the final
 state of a window, detached and in fp32, into the next one; window 0 starts from zeros, so the state
-resets at every epoch. Validation and test carry their own state. Corpus metrics are exact float64
+resets at every epoch. With padded sentence batches (:class:`~dsf_lightning.data.sentences.SentenceBatches`,
+``data.batching: sentences``) a window has a fourth element, ``reset`` [b]: those rows start from zeros (a
+batch's first window), and the losses, the token counts and iterative inference count only the targets that
+are not padding (``IGNORE_INDEX``). Validation and test carry their own state. Corpus metrics are exact float64
 sums of cross-entropy and token counts, reduced over all ranks before PPL / BPC are formed.
 
 Exact resume: a checkpoint holds the carried state of every rank (gathered), the position of the run
@@ -33,6 +36,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
+from ..data.sentences import IGNORE_INDEX
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
@@ -352,6 +356,8 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         :meth:`configure_callbacks`: it changes the whole process, so ``TrainingPolicy(keep_freed_memory=False)``
         turns it off.)"""
         hp = self.train_config
+        if stage == "fit" and getattr(getattr(self._trainer, "datamodule", None), "batching", "streams") == "sentences":
+            self._check_sentence_batches()  # before any batch is read
         if self.budget_hidden_sizes is not None and self.logger is not None:
             self.logger.log_hyperparams({"budget_hidden_sizes": self.budget_hidden_sizes,
                                          "num_parameters": self.num_parameters})
@@ -372,16 +378,26 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         y_tail, _ = features(inputs[:, k:], carry)
         return torch.cat((y_head, y_tail), dim=1), carry
 
-    def _training_loss(self, inputs: Tensor, targets: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
+    def _training_loss(self, inputs: Tensor, targets: Tensor, state: ModelState,
+                       padded: bool = False) -> tuple[Tensor, ModelState]:
         """Mean NLL per target token (full softmax, or the sampled objective) plus the Sobolev term, and the
-        state the next window starts from."""
+        state the next window starts from. ``padded`` (sentence batches): only the targets that are not
+        ``IGNORE_INDEX`` count, and only their outputs reach the decoder."""
         hp = self.train_config
         y, next_state = self._features_to_carry(inputs, state)
+        tokens: Tensor | int = targets.numel()
+        if padded:
+            y, targets, tokens = self._real_targets(y, targets)
         if self.sampled_loss is not None:
             weight, bias = decoder_parameters(self.model)
-            loss = self.sampled_loss(y.reshape(-1, y.shape[-1]), targets.reshape(-1), weight, bias)
+            if targets.numel():
+                loss = self.sampled_loss(y.reshape(-1, y.shape[-1]), targets.reshape(-1), weight, bias)
+                loss = loss * (targets.numel() / tokens) if padded else loss  # its mean is over this rank's targets
+            else:  # a rank whose rows of this window are all padding
+                loss = y.sum() * 0.0
         else:
-            loss = self._compiled(self._decoded_nll)(y, targets) / targets.numel()
+            loss = self._compiled(self._decoded_nll)(y, targets) / tokens
+        self._window_tokens = tokens
         if hp.sobolev_weight > 0:
             penalty = sobolev_penalty(self.model, inputs, state, layers=hp.sobolev_layers)
             self.log("train_sobolev", penalty, on_step=True, on_epoch=False)
@@ -392,12 +408,57 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             loss = loss + hp.l1_weight * penalty
         return loss, next_state
 
-    def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
-        inputs, targets, index = batch
+    def _real_targets(self, y: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The outputs ``[N, D]`` and targets ``[N]`` of the real (not padded) positions, and the denominator of
+        the mean: their number, under DDP the mean number over the ranks (each rank's loss is its sum over
+        that, so the gradient DDP averages is the one of the sum over all ranks' real targets over their
+        number)."""
+        real = targets != IGNORE_INDEX
+        tokens = real.sum()
+        trainer = self._trainer
+        if trainer is not None and trainer.world_size > 1:
+            tokens = trainer.strategy.reduce(tokens.float(), reduce_op="sum") / trainer.world_size
+        return y[real], targets[real], tokens
+
+    def _check_sentence_batches(self) -> None:
+        """Refuse the options that do not mean anything, or would be wrong, with padded sentence batches."""
+        hp = self.train_config
+        refused = {
+            "sobolev_weight": (hp.sobolev_weight > 0, "its penalty runs over every step of a window, padding included"),
+            "state_reset_prob": (hp.state_reset_prob > 0, "every sentence batch already starts from zeros"),
+            "carry_state_after_step": (hp.carry_state_after_step is not None,
+                                       "a sentence longer than a window must continue from its own last step"),
+        }
+        for name, (on, why) in refused.items():
+            if on:
+                raise ValueError(f"model.{name} cannot be used with data.batching sentences ({why}): "
+                                 f"leave model.{name} at its default or use data.batching streams")
+
+    def _sentence_batch(self, batch, training: bool = False) -> Tensor | None:
+        """The ``reset`` flags of a sentence batch (:class:`~dsf_lightning.data.sentences.SentenceBatches`),
+        None for a stream window; the first one trained on checks the options."""
+        if len(batch) < 4:
+            return None
+        if training and not getattr(self, "_sentence_options_checked", False):
+            self._check_sentence_batches()
+            self._sentence_options_checked = True
+        return batch[3]
+
+    @staticmethod
+    def _zero_rows(state: ModelState, reset: Tensor) -> ModelState:
+        """``state`` with the rows where ``reset`` is True replaced by zeros (a sentence batch's first window)."""
+        return tuple(tuple(s.masked_fill(reset.view(-1, *([1] * (s.dim() - 1))), 0) for s in layer) for layer in state)
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        inputs, targets, index = batch[:3]
+        reset = self._sentence_batch(batch, training=True)
         index = int(index)
         self._seed_window(index)
         state = self._reset_some_streams(self._state_for("train", index, inputs.shape[0]))
-        loss, final_state = self._training_loss(inputs, targets, state)
+        if reset is None:
+            loss, final_state = self._training_loss(inputs, targets, state)
+        else:
+            loss, final_state = self._training_loss(inputs, targets, self._zero_rows(state, reset), padded=True)
         self._carried["train"] = self._to_carry(final_state)
         if self.train_config.iterative_inference_step > 0 and torch.is_grad_enabled():
             for layer in final_state:
@@ -405,7 +466,8 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
                     if s.requires_grad:
                         s.retain_grad()
             self._final_state = final_state
-            self._final_tokens = targets.numel()  # the loss is a mean over these: eq. 15 sums them
+            # the loss is a mean over these: eq. 15 sums them
+            self._final_tokens = targets.numel() if reset is None else self._window_tokens
         loader = self.trainer.train_dataloader if self._trainer is not None else None
         if hasattr(loader, "mark_trained"):
             loader.mark_trained(index)
@@ -438,14 +500,17 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         self._final_state = None
 
     # -- evaluation ----------------------------------------------------------------------------
-    def _evaluation_step(self, stage: str, batch: tuple[Tensor, Tensor, Tensor]) -> None:
-        inputs, targets, index = batch
+    def _evaluation_step(self, stage: str, batch: tuple[Tensor, ...]) -> None:
+        inputs, targets, index = batch[:3]
+        reset = self._sentence_batch(batch)
         state = self._state_for(stage, int(index), inputs.shape[0])
+        if reset is not None:
+            state = self._zero_rows(state, reset)
         logits, final_state = self._compiled(self.model)(inputs, state)
         self._carried[stage] = self._to_carry(final_state)
         sums = self._sums.setdefault(stage, torch.zeros(2, dtype=torch.float64, device=self.device))
-        sums[0] += self._nll(logits, targets).double()
-        sums[1] += targets.numel()
+        sums[0] += self._nll(logits, targets).double()  # cross_entropy ignores padded targets (-100)
+        sums[1] += targets.numel() if reset is None else (targets != IGNORE_INDEX).sum()
 
     def validation_step(self, batch, batch_idx):
         self._evaluation_step("val", batch)

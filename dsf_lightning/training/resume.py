@@ -64,9 +64,12 @@ def tokens_sha256(tokens: torch.Tensor) -> str:
     return hashlib.sha256(data.numpy().tobytes()).hexdigest()
 
 
-def data_fingerprint(corpus: Any, batch_size: int, bptt: int, eval_batch_size: int, world_size: int) -> dict[str, Any]:
+def data_fingerprint(corpus: Any, batch_size: int, bptt: int, eval_batch_size: int, world_size: int,
+                     batching: str = "streams", seed: int = 0) -> dict[str, Any]:
     """What a resume must find unchanged: the corpus (name, vocabulary size, each split's token count and
-    token sha256, and the sha256 of its files as ``load_corpus`` verified them) and the stream layout."""
+    token sha256, and the sha256 of its files as ``load_corpus`` verified them) and the layout (streams, or
+    padded sentences and the seed of their order: ``batching`` and ``seed`` are recorded only then, so a
+    stream run's fingerprint is what it always was)."""
     splits = {name: {"tokens": int(t.numel()), "sha256": tokens_sha256(t)} for name, t in corpus.splits.items()}
     files = dict(getattr(corpus, "info", {}).get("files", {}) or {})
     return {
@@ -78,12 +81,15 @@ def data_fingerprint(corpus: Any, batch_size: int, bptt: int, eval_batch_size: i
         "bptt": int(bptt),
         "eval_batch_size": int(eval_batch_size),
         "world_size": int(world_size),
+        **({"batching": str(batching), "seed": int(seed)} if batching != "streams" else {}),
     }
 
 
 _LAYOUT_ADVICE = {
     "bptt": "the saved position is a window index and the carried state belongs to the token where the old windows stopped",
     "batch_size": "the streams are cut at other places and the carried state has one row per old stream",
+    "batching": "the saved position is a window index of the other layout",
+    "seed": "the sentences of the resumed epoch would come in another order",
 }
 
 
@@ -96,6 +102,10 @@ def check_data_fingerprint(saved: Mapping[str, Any] | None, now: Mapping[str, An
     for key in ("batch_size", "bptt"):
         if key in saved and saved[key] != now[key]:
             problems.append(f"data.{key} is {now[key]} but {source} was written with {saved[key]} ({_LAYOUT_ADVICE[key]})")
+    for key, default in (("batching", "streams"), ("seed", 0)):  # absent: a stream run, or one from before
+        if saved.get(key, default) != now.get(key, default):
+            problems.append(f"data.{key} is {now.get(key, default)} but {source} was written with "
+                            f"{saved.get(key, default)} ({_LAYOUT_ADVICE[key]})")
     if "eval_batch_size" in saved and saved["eval_batch_size"] != now["eval_batch_size"]:
         problems.append(
             f"data.eval_batch_size is {now['eval_batch_size']} but {source} was written with {saved['eval_batch_size']} "
@@ -210,6 +220,9 @@ def normalize_fit_loop(checkpoint: dict[str, Any], position: Mapping[str, Any], 
     if ended:  # the epoch's end hooks ran (also when max_steps stopped it early): the next pass starts at 0
         trained = 0
     loader = {"start": trained % max(windows, 1), "trained": trained, "windows": windows}
+    saved = fit.get("state_dict", {}).get("combined_loader")
+    if isinstance(saved, list) and len(saved) == 1 and isinstance(saved[0], dict) and "epoch" in saved[0]:
+        loader["epoch"] = saved[0]["epoch"]  # the pass's epoch (sentence batches: the order it resumes in)
     fit.setdefault("state_dict", {})["combined_loader"] = [loader]
     if ended or trained == 0 or (trained == windows and not validation_due):
         # Lightning's own counters resume these right: an epoch that ended goes on with the next one, and

@@ -1,0 +1,183 @@
+"""``--data.batching sentences`` (the DSF paper's padded-sentence mini-batches, Ororbia II, Mikolov & Reitter
+2017, "Learning Simpler Language Models with the Differential State Framework", sec. 4.2) trained and evaluated
+by the real Lightning Trainer: the losses equal a reference written from the definition (every sentence run from
+a zero state through the cells' step function, the NLL of its real targets over their number), a sentence longer
+than a window continues its state across windows, a run resumed mid-epoch ends with the weights of one that
+never stopped, and the options that cannot work with padded sentences are refused."""
+
+from __future__ import annotations
+
+import random
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from dsf_lightning.data.sentences import IGNORE_INDEX
+from dsf_lightning.training import LanguageModelModule
+from dsf_lightning.training.datamodule import LanguageModelDataModule
+from dsf_lightning.training.resume import ResumeMismatchError
+
+from .conftest import quiet_trainer
+from .test_lightning_training import CrashAt
+
+
+@pytest.fixture
+def text(tmp_path, monkeypatch):
+    """A text folder of seeded word salad: sentences of 1..11 words (some longer than the windows below)."""
+    monkeypatch.setenv("DSF_CACHE_DIR", str(tmp_path / "cache"))
+    rng = random.Random(42)
+    words = [f"w{i}" for i in range(14)]
+    folder = tmp_path / "text"
+    folder.mkdir()
+    for split, lines in (("train", 30), ("valid", 11), ("test", 7)):
+        body = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(1, 11))) for _ in range(lines))
+        (folder / f"{split}.txt").write_text(body + "\n", encoding="utf-8")
+    return folder
+
+
+def modules(text, batch_size=4, bptt=4, eval_batch_size=3, seed=0, **model):
+    data = LanguageModelDataModule("text-folder", corpus_options={"path": str(text)}, batch_size=batch_size, bptt=bptt,
+                                   eval_batch_size=eval_batch_size, batching="sentences", seed=seed)
+    options = dict(vocab_size=data.vocab_size, cell="lstm", hidden_sizes=[6], embedding_size=5)
+    options.update(model)
+    torch.manual_seed(0)
+    return LanguageModelModule(**options), data
+
+
+def stepwise_nll(model, inputs: list[int], targets: list[int]) -> torch.Tensor:
+    """-log p of every target of one sentence, run from the zero state one step at a time (``RecurrentCell.step``)."""
+    with torch.no_grad():
+        x = model.embed(torch.tensor([inputs]))
+        for layer in model.layers:
+            state, outputs = layer.init_state(1), []
+            for t in range(x.shape[1]):
+                out, state = layer.step(x[:, t], state)
+                outputs.append(out)
+            x = torch.stack(outputs, dim=1)
+        return F.cross_entropy(model.decode(x)[0].double(), torch.tensor(targets), reduction="none")
+
+
+def reference_loss(model, tokens: torch.Tensor, eos: int) -> tuple[float, int]:
+    """The split's mean NLL per target from the definition: sentence k reads [<eos>, w1 .. wn], predicts
+    [w1 .. wn, <eos>]."""
+    total, count, previous, words = 0.0, 0, eos, []
+    for token in tokens.tolist():
+        words.append(token)
+        if token == eos:
+            total += float(stepwise_nll(model, [previous, *words[:-1]], words).sum())
+            count, words = count + len(words), []
+    assert not words
+    return total / count, count
+
+
+class Windows(L.Callback):
+    """Every training window and its loss."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.seen.append((float(outputs["loss"]), [t.clone() for t in batch]))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "delta-rnn"])
+def test_training_and_validation_losses_equal_the_definition(text, cell):
+    # lr 0: every window is trained with the initial weights, which the reference then reads
+    module, data = modules(text, cell=cell, optimizer="sgd", lr=0.0)
+    windows = Windows()
+    trainer = quiet_trainer(max_epochs=2, limit_val_batches=0, callbacks=[windows])
+    trainer.fit(module, data)
+    model, eos = module.model.eval(), data.corpus.vocab.eos_id
+    batches = []  # the windows of each batch: a batch starts where reset is set
+    for loss, (inputs, targets, _index, reset) in windows.seen:
+        assert reset.all() or not reset.any()
+        if reset.all():
+            batches.append([])
+        batches[-1].append((loss, inputs, targets))
+    assert any(len(b) > 1 for b in batches), "some sentence must span windows"
+    sentences, checked = 0, 0
+    for batch in batches:
+        inputs, targets = torch.cat([w[1] for w in batch], 1), torch.cat([w[2] for w in batch], 1)
+        per_row = []
+        for row_in, row_t in zip(inputs, targets):
+            n = int((row_t != IGNORE_INDEX).sum())
+            per_row.append(stepwise_nll(model, row_in[:n].tolist(), row_t[:n].tolist()) if n else torch.zeros(0))
+            sentences += n > 0
+        lo = 0
+        for loss, _, window_targets in batch:
+            hi = lo + window_targets.shape[1]
+            nll = torch.cat([p[lo:hi] for p in per_row])
+            assert nll.numel() == int((window_targets != IGNORE_INDEX).sum()) > 0
+            assert loss == pytest.approx(float(nll.sum() / nll.numel()), rel=1e-5, abs=1e-6)
+            checked, lo = checked + 1, hi
+    assert checked == len(windows.seen) == trainer.global_step and sentences == 2 * 30
+
+    metrics = quiet_trainer().validate(module, data, verbose=False)[0]
+    want, count = reference_loss(model, data.corpus.splits["valid"], eos)
+    assert metrics["val_tokens"] == count == data.corpus.splits["valid"].numel()
+    assert metrics["val_loss"] == pytest.approx(want, rel=1e-5)
+
+
+def test_a_sentence_longer_than_the_window_continues_its_state(text):
+    module, short = modules(text, bptt=2)
+    _, whole = modules(text, bptt=64)
+    eos = short.corpus.vocab.eos_id
+    lengths = [len(s.split()) + 1 for s in (text / "test.txt").read_text().splitlines()]
+    assert max(lengths) > 2 * 2  # some test sentence spans three windows and more
+    trainer = quiet_trainer()
+    (by_windows,), (at_once,) = trainer.test(module, short, verbose=False), trainer.test(module, whole, verbose=False)
+    want, count = reference_loss(module.model.eval(), short.corpus.splits["test"], eos)
+    assert by_windows["test_tokens"] == at_once["test_tokens"] == count
+    assert by_windows["test_loss"] == pytest.approx(at_once["test_loss"], rel=1e-6)
+    assert by_windows["test_loss"] == pytest.approx(want, rel=1e-5)
+
+
+def fit(folder, text, callbacks=(), ckpt_path=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(0, verbose=False)
+    module, data = modules(text, seed=5, dropout_output=0.2, lr=3e-3)
+    trainer = quiet_trainer(max_epochs=3, enable_checkpointing=True, callbacks=list(callbacks))
+    trainer.fit(module, data, ckpt_path=ckpt_path)
+    return module, trainer
+
+
+def test_a_run_resumed_mid_epoch_ends_with_the_weights_of_one_that_never_stopped(tmp_path, text):
+    straight, trainer = fit(tmp_path / "straight", text)
+    steps = trainer.global_step
+    ckpts = tmp_path / "ckpts"
+    save = dict(dirpath=ckpts, every_n_train_steps=1, save_top_k=-1, save_last=True)
+    crash = steps // 2 + 2  # inside epoch 1 (a shuffled order other than epoch 0's)
+    with pytest.raises(BaseException):
+        fit(tmp_path / "crashed", text, callbacks=[ModelCheckpoint(**save), CrashAt(crash)])
+    last = torch.load(ckpts / "last.ckpt", weights_only=False)
+    loader = last["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    assert last["epoch"] == 1 and 0 < loader["trained"] < loader["windows"] and loader["epoch"] == 1
+    resumed, trainer = fit(tmp_path / "resumed", text, callbacks=[ModelCheckpoint(**save)],
+                           ckpt_path=str(ckpts / "last.ckpt"))
+    assert trainer.global_step == steps
+    for name, weight in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], weight), name
+
+
+def test_resuming_with_another_batching_or_seed_is_refused(tmp_path, text):
+    from dsf_lightning.training.resume import check_data_fingerprint, data_fingerprint
+
+    _, data = modules(text)
+    corpus = data.corpus
+    saved = data_fingerprint(corpus, 4, 4, 3, 1, batching="sentences", seed=5)
+    with pytest.raises(ResumeMismatchError, match="data.batching is streams but the checkpoint was written with sentences"):
+        check_data_fingerprint(saved, data_fingerprint(corpus, 4, 4, 3, 1))
+    with pytest.raises(ResumeMismatchError, match="data.seed is 6 but the checkpoint was written with 5"):
+        check_data_fingerprint(saved, data_fingerprint(corpus, 4, 4, 3, 1, batching="sentences", seed=6))
+    assert "batching" not in data_fingerprint(corpus, 4, 4, 3, 1)  # a stream run's fingerprint as it always was
+
+
+@pytest.mark.parametrize("option, value", [("sobolev_weight", 0.1), ("state_reset_prob", 0.1),
+                                           ("carry_state_after_step", 2)])
+def test_options_that_cannot_work_with_padded_sentences_are_refused(text, option, value):
+    module, data = modules(text, **{option: value})
+    with pytest.raises(ValueError, match=f"model.{option} cannot be used with data.batching sentences .*: leave"):
+        quiet_trainer(max_steps=1, limit_val_batches=0).fit(module, data)
