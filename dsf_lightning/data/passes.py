@@ -16,6 +16,19 @@ class LayoutError(ValueError):
     """A split cannot be laid out as the requested windows (or a checkpoint's position does not fit them)."""
 
 
+def rows_per_rank(error: type[LayoutError], batch_size: int, bptt: int, world_size: int, what: str, unit: str) -> int:
+    """``batch_size / world_size`` after checking ``bptt`` and that every rank gets as many rows (``what``: what
+    the batch size counts, ``unit``: what a rank owns); a bad value raises ``error``."""
+    if isinstance(bptt, bool) or not isinstance(bptt, int) or bptt < 1:
+        raise error(f"the window length bptt must be a positive integer, got {bptt!r}")
+    if batch_size % world_size:
+        raise error(
+            f"batch_size {batch_size} ({what}) must be divisible by the number of processes "
+            f"{world_size} so that every rank owns the same number of {unit}"
+        )
+    return batch_size // world_size
+
+
 class ResumablePass:
     """Subclasses give ``__len__`` (windows per pass) and ``window(index)``; this class iterates a pass and
     remembers how much of it was trained. ``layout_error`` is the exception a bad position raises."""

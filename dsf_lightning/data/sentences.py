@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .passes import LayoutError, ResumablePass
+from .passes import LayoutError, ResumablePass, rows_per_rank
 
 #: the target of a padded position (``F.cross_entropy``'s default ``ignore_index``)
 IGNORE_INDEX = -100
@@ -69,15 +69,9 @@ class SentenceBatches(ResumablePass):
 
     def __init__(self, tokens: Tensor, eos_id: int | None, batch_size: int, bptt: int, rank: int = 0,
                  world_size: int = 1, *, shuffle: bool = False, seed: int = 0, split: str = "train") -> None:
-        if isinstance(bptt, bool) or not isinstance(bptt, int) or bptt < 1:
-            raise SentenceLayoutError(f"the window length bptt must be a positive integer, got {bptt!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise SentenceLayoutError(f"the batch size must be a positive integer, got {batch_size!r}")
-        if batch_size % world_size:
-            raise SentenceLayoutError(
-                f"batch_size {batch_size} (sentences per batch) must be divisible by the number of processes "
-                f"{world_size} so that every rank reads the same number of rows"
-            )
+        self.per_rank = rows_per_rank(SentenceLayoutError, batch_size, bptt, world_size, "sentences a batch", "rows")
         if eos_id is None:
             raise SentenceLayoutError(
                 "sentence batching needs the corpus's end-of-sentence symbol, and this corpus has none "
@@ -94,7 +88,6 @@ class SentenceBatches(ResumablePass):
         # inputs: the token before each position (the <eos> before the split's first sentence)
         self._inputs = torch.cat((torch.tensor([self.eos_id]), self.tokens[:-1]))
         self.batch_size, self.bptt, self.shuffle, self.seed = batch_size, bptt, shuffle, seed
-        self.per_rank = batch_size // world_size
         self.first_row = rank * self.per_rank
         self._padded_lengths = torch.cat((self.lengths, torch.zeros(1, dtype=self.lengths.dtype)))  # [-1]: 0
         self._start = 0

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from .passes import LayoutError, ResumablePass
+from .passes import LayoutError, ResumablePass, rows_per_rank
 
 
 class StreamLayoutError(LayoutError):
@@ -46,14 +46,7 @@ class StreamWindows(ResumablePass):
     layout_error = StreamLayoutError
 
     def __init__(self, tokens: Tensor, batch_size: int, bptt: int, rank: int = 0, world_size: int = 1) -> None:
-        if isinstance(bptt, bool) or not isinstance(bptt, int) or bptt < 1:
-            raise StreamLayoutError(f"the window length bptt must be a positive integer, got {bptt!r}")
-        if batch_size % world_size:
-            raise StreamLayoutError(
-                f"batch_size {batch_size} (total streams) must be divisible by the number of processes "
-                f"{world_size} so that every rank owns the same number of streams"
-            )
-        per_rank = batch_size // world_size
+        per_rank = rows_per_rank(StreamLayoutError, batch_size, bptt, world_size, "total streams", "streams")
         streams = batchify(tokens, batch_size)  # [B, n]
         self.streams = streams[rank * per_rank : (rank + 1) * per_rank].contiguous()  # [B / W, n]
         self.first_stream = rank * per_rank  # global index of this rank's first stream

@@ -50,6 +50,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -301,13 +302,21 @@ def merged_overrides(recipe: dict, row: Row, scale: str) -> dict[str, Any]:
     return {name: _get_dotted(config, name) for name in touched}
 
 
+def _reads_as_itself(text: str) -> bool:
+    """Whether ``text`` is a plain word (``sentences``) that YAML (the CLI's parser) reads back as itself; other
+    strings keep their JSON quotes, as they always had (a row's run key is a digest of its arguments)."""
+    return bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", text)) and yaml.safe_load(text) == text
+
+
 def cli_arguments(recipe_path: Path, overrides: dict[str, Any], data_root: str | None, extra: Sequence[str],
                   data_root_key: str | None = "data.data_root", raw_strings: bool = False) -> list[str]:
     """``--config RECIPE --key=JSON ...``; ``data_root`` goes to ``data_root_key`` (None: the data takes no root).
-    ``raw_strings``: pass string values as they are (a ``str``-typed ``init_args`` value would keep JSON's quotes)."""
+    ``raw_strings``: pass string values as they are (a ``str``-typed ``init_args`` value would keep JSON's quotes).
+    Without it a plain word goes as it is too (a ``Literal`` option such as ``data.batching`` refuses JSON's
+    quotes: :func:`_reads_as_itself`)."""
     args = ["--config", str(recipe_path)]
     for key, value in overrides.items():
-        text = value if raw_strings and isinstance(value, str) else json.dumps(value)
+        text = value if isinstance(value, str) and (raw_strings or _reads_as_itself(value)) else json.dumps(value)
         args.append(f"--{key}={text}")
     if data_root is not None and data_root_key is not None:
         args.append(f"--{data_root_key}={data_root}")

@@ -142,6 +142,12 @@ def _dsf_table1(level: str) -> Table:
         dyn = ((1.331, 1.326), (1.247, 1.245))
     rows = [*base, delta, _dynamic(delta, 1, dyn[0][0]), _dynamic(delta, 2, dyn[0][1]),
             drop, _dynamic(drop, 1, dyn[1][0]), _dynamic(drop, 2, dyn[1][1])]
+    if word:  # the paper's batching (sec. 4.2), beside the recipe's contiguous streams
+        rows.append(Row("delta-rnn-sentences", "Delta-RNN, padded-sentence batches", delta.published, metric,
+                        delta.recipe, overrides={"data.batching": "sentences"},
+                        note="the paper's batching (sec. 4.2: mini-batches of 64 padded sentences, the state carried "
+                             "between the windows of a batch and reset at the next; the recipe reads 64 contiguous "
+                             "streams)"))
     notes = ("Rows other than MI-RNN and Delta-RNN quote other papers' numbers; here every model is trained in the DSF "
              "paper's setting (one-hot input, Adam, rate halving, early stopping with a lookahead of 10).",)
     if not word:

@@ -181,3 +181,17 @@ def test_options_that_cannot_work_with_padded_sentences_are_refused(text, option
     module, data = modules(text, **{option: value})
     with pytest.raises(ValueError, match=f"model.{option} cannot be used with data.batching sentences .*: leave"):
         quiet_trainer(max_steps=1, limit_val_batches=0).fit(module, data)
+
+
+def test_the_table_row_passes_the_batching_as_a_word_the_cli_accepts():
+    """``dsf reproduce``'s arguments: ``--data.batching=sentences`` (a Literal refuses JSON's quotes), while the
+    strings other rows pass keep theirs (their run keys are digests of the arguments)."""
+    from dsf_lightning.reproduce import runner
+    from dsf_lightning.reproduce.tables import default_recipes_dir, get_table
+
+    row = get_table("dsf-table1-word").row("delta-rnn-sentences")
+    recipe = default_recipes_dir() / row.recipe
+    args = runner.cli_arguments(recipe, runner.merged_overrides(runner.load_recipe(recipe), row, "paper"), None, [], None)
+    assert args[2:] == ["--data.batching=sentences"]
+    kept = runner.cli_arguments(recipe, {"trainer.max_time": "00:00:30:00", "model.x": "true", "model.y": "a b"}, None, [])
+    assert kept[2:] == ['--trainer.max_time="00:00:30:00"', '--model.x="true"', '--model.y="a b"']
