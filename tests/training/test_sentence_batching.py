@@ -21,7 +21,7 @@ from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training.resume import ResumeMismatchError
 
 from .conftest import quiet_trainer
-from .test_lightning_training import CrashAt
+from .test_lightning_training import CrashAt, RecordLosses, read
 
 
 @pytest.fixture
@@ -133,6 +133,70 @@ def test_a_sentence_longer_than_the_window_continues_its_state(text):
     assert by_windows["test_tokens"] == at_once["test_tokens"] == count
     assert by_windows["test_loss"] == pytest.approx(at_once["test_loss"], rel=1e-6)
     assert by_windows["test_loss"] == pytest.approx(want, rel=1e-5)
+
+
+def test_iterative_inference_steps_the_state_along_the_summed_nll_of_the_real_targets(text):
+    """DSF sec. 2.5, eq. 15 with padded rows: the carried state moves by lambda times the gradient of the window's
+    NLL summed over its real targets (the loss is their mean: the padding must not enter the scale)."""
+    step = 0.1
+    module, data = modules(text, bptt=64, optimizer="sgd", lr=0.0, iterative_inference_step=step)
+    seen = []
+
+    class Carried(L.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            seen.append(([t.clone() for t in batch], [s.clone() for layer in module._carried["train"] for s in layer]))
+
+    quiet_trainer(max_steps=1, limit_val_batches=0, callbacks=[Carried()]).fit(module, data)
+    (inputs, targets, _, reset), carried = seen[0]
+    real = targets != IGNORE_INDEX
+    assert reset.all() and (~real).any()  # a batch's first window, with padding
+    y, final = module.model.features(inputs, module.model.init_state(inputs.shape[0]))
+    for layer in final:
+        for s in layer:
+            s.retain_grad()
+    F.cross_entropy(module.model.decode(y)[real], targets[real], reduction="sum").backward()
+    want = [s.detach() - step * s.grad if s.grad is not None else s.detach() for layer in final for s in layer]
+    assert any(s.grad is not None and s.grad.abs().sum() > 0 for layer in final for s in layer)
+    for got, expected in zip(carried, want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sampled_softmax", "nce"])
+def test_a_sampled_loss_reads_only_the_real_targets(text, kind):
+    from dsf_lightning.training.sampled_softmax import decoder_parameters
+
+    module, data = modules(text, bptt=64, sampled_loss=kind, sampled_loss_samples=5, sampled_loss_noise="uniform")
+    data.setup("fit")
+    inputs, targets, _, reset = next(iter(data.train_dataloader()))
+    real = targets != IGNORE_INDEX
+    assert reset.all() and (~real).any()
+    state = module.model.init_state(inputs.shape[0])
+    torch.manual_seed(3)
+    loss, _ = module._training_loss(inputs, targets, state, padded=True)
+    y, _ = module.model.features(inputs, state)
+    torch.manual_seed(3)  # the same noise words
+    want = module.sampled_loss(y[real], targets[real], *decoder_parameters(module.model))
+    assert torch.isfinite(loss) and float(loss) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_two_processes_equal_one_with_the_same_sentence_batches(tmp_path, text):
+    """Each rank reads its half of every batch's rows, whose real targets differ in number: its loss is its sum over
+    the mean count of the ranks, so DDP's average of the gradients is the one of the global mean."""
+    for folder, devices in (("one", 1), ("two", 2)):
+        (tmp_path / folder).mkdir()
+        module, data = modules(text, eval_batch_size=2, lr=3e-3)
+        trainer = quiet_trainer(max_epochs=1, devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
+                                callbacks=[RecordLosses(tmp_path / folder)])
+        trainer.fit(module, data)
+    (one,), w1, m1 = read(tmp_path / "one")
+    (rank0, rank1), w2, m2 = read(tmp_path / "two")
+    assert len(one) == len(rank0) == len(rank1) > 5
+    torch.testing.assert_close(torch.tensor(one), (torch.tensor(rank0) + torch.tensor(rank1)) / 2, rtol=1e-5, atol=1e-6)
+    for name in w1:
+        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+    # the valid split's tokens, every one counted once
+    assert m1["val_tokens"] == m2["val_tokens"] == data.corpus.splits["valid"].numel()
+    assert m1["val_loss"] == pytest.approx(m2["val_loss"], rel=1e-5)
 
 
 def fit(folder, text, callbacks=(), ckpt_path=None):
