@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from dsf_lightning.data.sentences import IGNORE_INDEX
+from dsf_lightning.data.sentences import IGNORE_INDEX, SentenceBatches
 from dsf_lightning.training import LanguageModelModule
 from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training.resume import ResumeMismatchError
@@ -81,6 +81,7 @@ class Windows(L.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         self.seen.append((float(outputs["loss"]), [t.clone() for t in batch]))
+        self.epochs = [*getattr(self, "epochs", []), trainer.current_epoch]
 
 
 @pytest.mark.parametrize("cell", ["lstm", "delta-rnn"])
@@ -119,6 +120,36 @@ def test_training_and_validation_losses_equal_the_definition(text, cell):
     want, count = reference_loss(model, data.corpus.splits["valid"], eos)
     assert metrics["val_tokens"] == count == data.corpus.splits["valid"].numel()
     assert metrics["val_loss"] == pytest.approx(want, rel=1e-5)
+
+
+def test_every_epoch_of_a_fit_reads_every_sentence_once_in_a_new_order(text):
+    module, data = modules(text, optimizer="sgd", lr=0.0)
+    windows = Windows()
+    trainer = quiet_trainer(max_epochs=3, limit_val_batches=0, callbacks=[windows])
+    trainer.fit(module, data)
+    eos, per_epoch = data.corpus.vocab.eos_id, {}
+    for epoch, (_, (_, targets, _, reset)) in zip(windows.epochs, windows.seen):
+        rows = per_epoch.setdefault(epoch, [])
+        if reset.all():
+            rows += [[] for _ in range(targets.shape[0])]
+        for row, t in zip(rows[-targets.shape[0]:], targets.tolist()):
+            row += [x for x in t if x != IGNORE_INDEX]
+    split, want, words = data.corpus.splits["train"].tolist(), [], []
+    for token in split:
+        words.append(token)
+        if token == eos:
+            want, words = [*want, tuple(words)], []
+    orders = [[tuple(r) for r in per_epoch[e] if r] for e in range(3)]
+    for order in orders:
+        assert sorted(order) == sorted(want)  # every sentence once an epoch
+    assert orders[0] != orders[1] != orders[2] != orders[0]  # drawn again every epoch
+    # each epoch trains all the windows of its own order (their number follows the order)
+    loader = SentenceBatches(data.corpus.splits["train"], eos, 4, 4, shuffle=True, seed=0)
+    lengths = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        lengths.append(len(loader))
+    assert [windows.epochs.count(e) for e in range(3)] == lengths and len(set(lengths)) > 1
 
 
 def test_a_sentence_longer_than_the_window_continues_its_state(text):
@@ -208,17 +239,25 @@ def fit(folder, text, callbacks=(), ckpt_path=None):
     return module, trainer
 
 
-def test_a_run_resumed_mid_epoch_ends_with_the_weights_of_one_that_never_stopped(tmp_path, text):
+@pytest.mark.parametrize("where", ["mid-epoch", "epoch-end"])
+def test_a_resumed_run_ends_with_the_weights_of_one_that_never_stopped(tmp_path, text, where):
     straight, trainer = fit(tmp_path / "straight", text)
     steps = trainer.global_step
     ckpts = tmp_path / "ckpts"
     save = dict(dirpath=ckpts, every_n_train_steps=1, save_top_k=-1, save_last=True)
-    crash = steps // 2 + 2  # inside epoch 1 (a shuffled order other than epoch 0's)
+    _, data = modules(text, seed=5)
+    data.setup("fit")
+    first = len(data.train_dataloader())  # epoch 0's windows
+    # inside epoch 1 (a shuffled order other than epoch 0's), or after epoch 0's last window, its validation due
+    crash = steps // 2 + 2 if where == "mid-epoch" else first + 1
     with pytest.raises(BaseException):
         fit(tmp_path / "crashed", text, callbacks=[ModelCheckpoint(**save), CrashAt(crash)])
     last = torch.load(ckpts / "last.ckpt", weights_only=False)
     loader = last["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
-    assert last["epoch"] == 1 and 0 < loader["trained"] < loader["windows"] and loader["epoch"] == 1
+    if where == "mid-epoch":
+        assert last["epoch"] == 1 and 0 < loader["trained"] < loader["windows"] and loader["epoch"] == 1
+    else:
+        assert last["global_step"] == first and last["dsf_position"]["trained"] == first
     resumed, trainer = fit(tmp_path / "resumed", text, callbacks=[ModelCheckpoint(**save)],
                            ckpt_path=str(ckpts / "last.ckpt"))
     assert trainer.global_step == steps
@@ -259,3 +298,13 @@ def test_the_table_row_passes_the_batching_as_a_word_the_cli_accepts():
     assert args[2:] == ["--data.batching=sentences"]
     kept = runner.cli_arguments(recipe, {"trainer.max_time": "00:00:30:00", "model.x": "true", "model.y": "a b"}, None, [])
     assert kept[2:] == ['--trainer.max_time="00:00:30:00"', '--model.x="true"', '--model.y="a b"']
+
+
+def test_predict_reads_streams_whatever_the_batching(text):
+    from dsf_lightning.data.streams import StreamWindows
+
+    module, data = modules(text, eval_batch_size=1)
+    loader = data.predict_dataloader()
+    assert isinstance(loader, StreamWindows) and loader.streams.shape[0] == 1
+    out = quiet_trainer().predict(module, data)
+    assert sum(int((batch["targets"] >= 0).sum()) for batch in out) == data.corpus.splits["test"].numel() - 1
