@@ -153,9 +153,18 @@ def _dsf_table1(level: str) -> Table:
     if word:
         notes += (DSF_TABLE1_WORD_MIDRUN,)
     if not word:
-        notes += ("The DSF paper's character table has no SCRN row.",)
+        notes += ("The DSF paper's character table has no SCRN row.", DSF_TABLE1_CHAR_COST)
     return Table(f"dsf-table1-{level}", f"DSF paper Table 1, Penn Treebank {'words (test PPL)' if word else 'characters (test BPC)'}",
                  DSF, tuple(rows), notes)
+
+
+#: what a character row costs on a CPU (measured 2026-11-29)
+DSF_TABLE1_CHAR_COST = (
+    "Cost on a CPU: `python -m benchmarks.recipe_speed recipes/ptb_char/delta_rnn.yaml` trains 6,934 characters per "
+    "CPU second (H = 1000, one thread, a 2-core AMD EPYC with AVX2, other runs beside it), so an epoch of the "
+    "5,017,482 training characters is ~12 CPU minutes and a row of 30 to 50 epochs 6 to 10 CPU hours, with its "
+    "dynamic evaluations on top: a GPU's work (`dsf reproduce dsf-table1-char --scale paper --trainer.accelerator gpu`)."
+)
 
 
 #: what the unregularized word row measured mid-run (2026-11-29), while its run is still to finish
