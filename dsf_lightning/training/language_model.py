@@ -483,7 +483,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             return state
         first = state[0][0]
         reset = torch.rand(first.shape[0], device=first.device) < p  # [B]
-        return tuple(tuple(s.masked_fill(reset.view(-1, *([1] * (s.dim() - 1))), 0) for s in layer) for layer in state)
+        return self._zero_rows(state, reset)
 
     def on_after_backward(self) -> None:
         """DSF sec 2.5: one step of iterative inference on the carried state along dL/dh_T."""
