@@ -43,6 +43,18 @@ def read(folder):
     return losses, torch.load(folder / "weights.pt"), json.loads((folder / "metrics.json").read_text())
 
 
+def assert_two_ranks_equal_one(one_folder, two_folder, min_steps):
+    """The per-step losses of a 2-process run average to the 1-process run's (each rank's loss is the mean over its
+    half of the batch) and both end with the same weights; returns both runs' metrics."""
+    (one,), w1, m1 = read(one_folder)
+    (rank0, rank1), w2, m2 = read(two_folder)
+    assert len(one) == len(rank0) == len(rank1) > min_steps
+    torch.testing.assert_close(torch.tensor(one), (torch.tensor(rank0) + torch.tensor(rank1)) / 2, rtol=1e-5, atol=1e-6)
+    for name in w1:
+        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+    return m1, m2
+
+
 def test_training_lowers_validation_perplexity(tmp_path, toy_corpus):
     module, trainer = run(tmp_path, toy_corpus, trainer_kwargs={"max_epochs": 3})
     assert trainer.callback_metrics["val_ppl"] < 6.0  # 13 symbols: uniform is 13, the stream is ~80% predictable
@@ -52,13 +64,8 @@ def test_training_lowers_validation_perplexity(tmp_path, toy_corpus):
 def test_ddp_two_processes_equal_one_process_with_the_same_streams(tmp_path, toy_corpus):
     run(tmp_path / "one", toy_corpus, trainer_kwargs={"max_epochs": 1})
     run(tmp_path / "two", toy_corpus, trainer_kwargs={"max_epochs": 1, "devices": 2, "strategy": "ddp_fork"})
-    (one,), w1, m1 = read(tmp_path / "one")
-    (rank0, rank1), w2, m2 = read(tmp_path / "two")
-    assert len(one) == len(rank0) == len(rank1) > 10
     # each rank's loss is the mean over its half of the streams; together they are the global mean
-    torch.testing.assert_close(torch.tensor(one), (torch.tensor(rank0) + torch.tensor(rank1)) / 2, rtol=1e-5, atol=1e-6)
-    for name in w1:
-        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+    m1, m2 = assert_two_ranks_equal_one(tmp_path / "one", tmp_path / "two", min_steps=10)
     assert m1["val_tokens"] == m2["val_tokens"]  # exact sums over ranks, not a mean of means
     assert math.isclose(m1["val_loss"], m2["val_loss"], rel_tol=1e-5)
 

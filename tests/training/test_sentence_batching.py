@@ -21,7 +21,7 @@ from dsf_lightning.training.datamodule import LanguageModelDataModule
 from dsf_lightning.training.resume import ResumeMismatchError
 
 from .conftest import quiet_trainer
-from .test_lightning_training import CrashAt, RecordLosses, read
+from .test_lightning_training import CrashAt, RecordLosses, assert_two_ranks_equal_one
 
 
 @pytest.fixture
@@ -219,12 +219,7 @@ def test_two_processes_equal_one_with_the_same_sentence_batches(tmp_path, text):
         trainer = quiet_trainer(max_epochs=1, devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
                                 callbacks=[RecordLosses(tmp_path / folder)])
         trainer.fit(module, data)
-    (one,), w1, m1 = read(tmp_path / "one")
-    (rank0, rank1), w2, m2 = read(tmp_path / "two")
-    assert len(one) == len(rank0) == len(rank1) > 5
-    torch.testing.assert_close(torch.tensor(one), (torch.tensor(rank0) + torch.tensor(rank1)) / 2, rtol=1e-5, atol=1e-6)
-    for name in w1:
-        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+    m1, m2 = assert_two_ranks_equal_one(tmp_path / "one", tmp_path / "two", min_steps=5)
     # the valid split's tokens, every one counted once
     assert m1["val_tokens"] == m2["val_tokens"] == data.corpus.splits["valid"].numel()
     assert m1["val_loss"] == pytest.approx(m2["val_loss"], rel=1e-5)
