@@ -8,6 +8,7 @@ training module reports it through :meth:`ResumablePass.mark_trained`.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,17 +30,19 @@ def rows_per_rank(error: type[LayoutError], batch_size: int, bptt: int, world_si
     return batch_size // world_size
 
 
-class ResumablePass:
+class ResumablePass(abc.ABC):
     """Subclasses give ``__len__`` (windows per pass) and ``window(index)``; this class iterates a pass and
     remembers how much of it was trained. ``layout_error`` is the exception a bad position raises."""
 
     layout_error: type[LayoutError] = LayoutError
 
+    @abc.abstractmethod
     def __len__(self) -> int:
-        raise NotImplementedError
+        """Windows per pass."""
 
+    @abc.abstractmethod
     def window(self, index: int) -> Any:
-        raise NotImplementedError
+        """Window ``index`` of the pass."""
 
     def _begin_pass(self) -> int:
         """The first window of the pass now beginning (a resumed position applies to one pass only)."""
