@@ -100,6 +100,9 @@ class LanguageModelDataModule(L.LightningDataModule):
             raise ValueError(f"batching (data.batching) must be one of {', '.join(BATCHINGS)}, got {batching!r:.80}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed (data.seed) must be an integer, got {seed!r:.80}")
+        if batching == "streams" and seed != 0:  # streams have no order to draw: the option would do nothing
+            raise ValueError(f"data.seed orders the sentences of data.batching sentences; with streams it does nothing "
+                             f"(got {seed}): drop it or set data.batching sentences")
         self.batching, self.seed = batching, seed
         if normalize is not None:
             from ..data.normalize import get_normalizer

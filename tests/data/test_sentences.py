@@ -148,6 +148,9 @@ def test_impossible_layouts_are_one_clear_error():
 def test_the_datamodule_refuses_an_unknown_batching_and_too_few_sentences(tmp_path):
     with pytest.raises(ValueError, match=r"batching \(data.batching\) must be one of streams, sentences, got 'sentence'"):
         LanguageModelDataModule("ptb", batching="sentence")
+    with pytest.raises(ValueError, match="data.seed orders the sentences of data.batching sentences; with streams it does nothing"):
+        LanguageModelDataModule("ptb", seed=3)  # an option that would do nothing is refused
+    LanguageModelDataModule("ptb", batching="sentences", seed=3)
     folder = tmp_path / "text"
     folder.mkdir()
     for split in ("train", "valid", "test"):
