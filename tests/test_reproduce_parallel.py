@@ -155,8 +155,12 @@ def test_progress_counts_every_sitting_of_a_resumed_row(tmp_path):
 
 
 @needs_ptb
-def test_sigterm_to_the_parallel_run_stops_its_children(tmp_path):
-    """`kill PID` of `dsf reproduce --jobs 2` must not leave its row processes running on their own."""
+@pytest.mark.parametrize("how, rows", [(["--jobs", "2"], ["elman", "lstm"]), (["--isolate"], ["elman"])],
+                         ids=["jobs-2", "isolate"])
+def test_sigterm_to_the_run_stops_its_row_processes(tmp_path, how, rows):
+    """`kill PID` of `dsf reproduce --jobs 2` or `--isolate` must not leave its row processes running on their own
+    (`--isolate` did: its child trained on as an orphan)."""
+    import re
     import signal
     import subprocess
     import sys
@@ -166,16 +170,15 @@ def test_sigterm_to_the_parallel_run_stops_its_children(tmp_path):
     log = tmp_path / "log.txt"
     with open(log, "w") as sink:
         parent = subprocess.Popen([sys.executable, "-m", "dsf_lightning.cli", "reproduce", "dsf-table1-word", "--rows",
-                                   "elman,lstm", "--jobs", "2", "--scale", "tiny", "--data-root", DATA_ROOT,
+                                   ",".join(rows), *how, "--scale", "tiny", "--data-root", DATA_ROOT,
                                    "--out", str(out)], stdout=sink, stderr=subprocess.STDOUT, cwd=tmp_path,
                                   env=dict(os.environ, OMP_NUM_THREADS="1"))
         try:
             deadline = time.time() + 120
-            while log.read_text().count("started (pid") < 2 and time.time() < deadline and parent.poll() is None:
+            while log.read_text().count("started (pid") < len(rows) and time.time() < deadline and parent.poll() is None:
                 time.sleep(0.2)
-            pids = [int(line.split("(pid ")[1].split(",")[0]) for line in log.read_text().splitlines()
-                    if "started (pid" in line]
-            assert len(pids) == 2, log.read_text()
+            pids = [int(pid) for pid in re.findall(r"started \(pid (\d+)", log.read_text())]
+            assert len(pids) == len(rows), log.read_text()
             parent.send_signal(signal.SIGTERM)
             parent.wait(timeout=60)
         finally:
@@ -193,11 +196,11 @@ def test_sigterm_to_the_parallel_run_stops_its_children(tmp_path):
     assert "stopped; the next run resumes it" in log.read_text()
     # the state still says running (nothing could clean up after a kill -9 either); the table knows better
     state = json.loads((out / "dsf-table1-word.state.json").read_text())
-    assert {state["rows"][k]["status"] for k in ("elman", "lstm")} == {"running"}
-    assert {state["rows"][k]["runner"]["pid"] for k in ("elman", "lstm")} == {parent.pid}
+    assert {state["rows"][k]["status"] for k in rows} == {"running"}
+    assert {state["rows"][k]["runner"]["pid"] for k in rows} == {parent.pid}
     assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
-    rows = read_csv(out / "dsf-table1-word.csv")
-    assert rows["elman"]["status"] == rows["lstm"]["status"] == "stopped", rows["elman"]
+    table = read_csv(out / "dsf-table1-word.csv")
+    assert {table[k]["status"] for k in rows} == {"stopped"}, table["elman"]
 
 
 @needs_ptb

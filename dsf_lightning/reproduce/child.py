@@ -2,15 +2,21 @@
 
 The row's spec goes to ``<row folder>/row.json``; the child (``python -m ENTRY row.json``, the entry named by the
 CLI) trains the row and rank 0 writes ``result.json`` beside it. Used by the runner (``--isolate``, several
-devices) and by :mod:`.parallel` (``--jobs N``), which is why it is a module of its own below both.
+devices) and by :mod:`.parallel` (``--jobs N``), which is why it is a module of its own below both. Whichever
+runs them, a SIGTERM (``kill``, a scheduler's time limit) or Ctrl-C to ``dsf reproduce`` stops its row
+processes too: none is left training on its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .._fs import write_atomic
@@ -39,7 +45,57 @@ def read_child_result(returncode: int, result_file: Path, where: str = "log abov
     return json.loads(result_file.read_text())
 
 
-def run_child(argv: list[str], result_file: Path) -> dict:
-    """Run a row's child process to its end (its output goes to this process's); return its result."""
-    done = subprocess.run(argv, env=dict(os.environ))
-    return read_child_result(done.returncode, result_file)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached ``dsf reproduce``: raised like Ctrl-C, so that its row processes are stopped on the way out."""
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` in this process (the main thread only: elsewhere
+    handlers cannot be set and nothing changes); the previous handler comes back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_children(children: Iterable[subprocess.Popen], grace_s: float = 30.0) -> None:
+    """SIGTERM every child, then wait up to ``grace_s`` for each and SIGKILL the ones still running."""
+    children = list(children)
+    for child in children:
+        child.terminate()
+    for child in children:
+        try:
+            child.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def run_to_end(argv: list[str], log: Callable[[str], None] | None = None) -> int:
+    """Run a row's child process to its end (its output goes to this process's) and return its exit code;
+    ``log`` gets its pid at the start. Interrupted here (SIGTERM, Ctrl-C), the child is stopped too."""
+    with sigterm_raises():
+        child = subprocess.Popen(argv, env=dict(os.environ))
+        if log is not None:
+            log(f"started (pid {child.pid})")
+        try:
+            return child.wait()
+        except BaseException:
+            stop_children([child])
+            if log is not None:
+                log("stopped; the next run resumes it from last.ckpt")
+            raise
+
+
+def run_child(argv: list[str], result_file: Path, log: Callable[[str], None] | None = None) -> dict:
+    """Run a row's child process to its end (:func:`run_to_end`); return its result."""
+    return read_child_result(run_to_end(argv, log), result_file)

@@ -10,14 +10,12 @@ next run resumes them from ``last.ckpt``.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .child import child_command, read_child_result
+from .child import child_command, read_child_result, sigterm_raises, stop_children
 from .progress import read_progress
 
 POLL_SECONDS = 2.0
@@ -45,7 +43,13 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
     child runs with ``python -m`` (:mod:`dsf_lightning.reproduce.row`)."""
     queue = list(fits)
     running: dict[str, dict] = {}
-    previous = _stop_on_sigterm()
+    with sigterm_raises():
+        _run(queue, running, jobs, on_start, on_done, log, on_epoch, poll_s, child_entry)
+
+
+def _run(queue: list, running: dict[str, dict], jobs: int, on_start: Callable, on_done: Callable,
+         log: Callable[[str], None], on_epoch: Callable[[], None] | None, poll_s: float, child_entry: str) -> None:
+    """The loop of :func:`run_rows_in_parallel`; interrupted, it stops the rows still running."""
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -72,34 +76,10 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
                     result, err = None, caught
                 on_done(row, entry, spec, run_fp, result, err, job["started"])
     except BaseException:
-        for job in running.values():
-            job["child"].terminate()
-        for key, job in running.items():
-            try:
-                job["child"].wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                job["child"].kill()
+        stop_children(job["child"] for job in running.values())
+        for key in running:
             log(f"{key}: stopped; the next run resumes it from last.ckpt")
         raise
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, a scheduler's time limit) reached ``dsf reproduce --jobs``: its children are stopped."""
-
-
-def _stop_on_sigterm():
-    """Make SIGTERM raise :class:`Terminated` here, so the children are stopped too (not left orphaned); returns
-    the previous handler (None when this is not the main thread, where handlers cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise Terminated(f"signal {signum}")
-
-    return signal.signal(signal.SIGTERM, handler)
 
 
 def _wait(seconds: float) -> None:

@@ -9,14 +9,12 @@ are handed in by the runner (``fit_here``, ``evaluate``), which knows the CLI's 
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .child import child_command, run_child
+from .child import child_command, run_child, run_to_end
 from .liveness import this_process
 from .parallel import run_rows_in_parallel
 from .ranks import share_decision
@@ -39,8 +37,8 @@ def follow_rank_zero(table: Table, out: Path, rank: int, world: int, scale: str,
     summary: dict[str, Any] = {"ran": [], "skipped_done": [], "skipped": [], "failed": [], "pending": []}
     for fit in decision["fits"]:
         log(fit_line(table.id, fit["row"], fit["recipe"], scale, fit["resume"], rank, world))
-        done = subprocess.run(fit["argv"], env=dict(os.environ))
-        summary["ran" if done.returncode == 0 else "failed"].append(fit["row"])
+        code = run_to_end(fit["argv"])
+        summary["ran" if code == 0 else "failed"].append(fit["row"])
     summary["markdown"], summary["csv"] = out / f"{table.id}.md", out / f"{table.id}.csv"
     return summary
 
@@ -60,6 +58,9 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
                 started: float) -> None:
         record.trained(row, entry, run_fp, result, err, started)
 
+    def row_log(key: str) -> Callable[[str], None]:
+        return lambda message: record.log(f"[{record.table.id}] {key}: {message}")
+
     record.queue(fits, runner)
     children: dict[str, tuple[list[str], Path]] = {}
     if isolate and jobs == 1:  # each row's spec (row.json) written once, here, by rank 0; every rank runs it
@@ -75,7 +76,7 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
         starting(row, entry, spec)
         started = time.perf_counter()
         try:
-            result, err = (run_child(*children[row.key]) if isolate else fit_here(spec)), None
+            result, err = (run_child(*children[row.key], log=row_log(row.key)) if isolate else fit_here(spec)), None
         except Exception as caught:  # noqa: BLE001 - recorded by `trained`
             result, err = None, caught
         trained(row, entry, spec, run_fp, result, err, started)
