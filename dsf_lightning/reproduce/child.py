@@ -45,6 +45,10 @@ def read_child_result(returncode: int, result_file: Path, where: str = "log abov
     return json.loads(result_file.read_text())
 
 
+#: the log line of a row whose process was stopped
+STOPPED = "stopped; the next run resumes it from last.ckpt"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM reached ``dsf reproduce``: raised like Ctrl-C, so that its row processes are stopped on the way out."""
 
@@ -92,7 +96,7 @@ def run_to_end(argv: list[str], log: Callable[[str], None] | None = None) -> int
         except BaseException:
             stop_children([child])
             if log is not None:
-                log("stopped; the next run resumes it from last.ckpt")
+                log(STOPPED)
             raise
 
 

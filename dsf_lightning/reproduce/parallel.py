@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .child import child_command, read_child_result, sigterm_raises, stop_children
+from .child import STOPPED, child_command, read_child_result, sigterm_raises, stop_children
 from .progress import read_progress
 
 POLL_SECONDS = 2.0
@@ -43,43 +43,37 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
     child runs with ``python -m`` (:mod:`dsf_lightning.reproduce.row`)."""
     queue = list(fits)
     running: dict[str, dict] = {}
-    with sigterm_raises():
-        _run(queue, running, jobs, on_start, on_done, log, on_epoch, poll_s, child_entry)
-
-
-def _run(queue: list, running: dict[str, dict], jobs: int, on_start: Callable, on_done: Callable,
-         log: Callable[[str], None], on_epoch: Callable[[], None] | None, poll_s: float, child_entry: str) -> None:
-    """The loop of :func:`run_rows_in_parallel`; interrupted, it stops the rows still running."""
-    try:
-        while queue or running:
-            while queue and len(running) < jobs:
-                row, entry, spec, run_fp = queue.pop(0)
-                on_start(row, entry, spec)
-                Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
-                known = len(read_progress(Path(spec["workdir"]))["epochs"])  # earlier sittings' epochs are not news
-                child, result_file, log_path = _start(spec, child_entry)
-                log(f"{row.key}: started (pid {child.pid}, {spec.get('threads') or 1} thread(s), log {log_path})")
-                running[row.key] = dict(child=child, fit=(row, entry, spec, run_fp), result_file=result_file,
-                                        log_path=log_path, started=time.perf_counter(), epochs=known)
-            _wait(poll_s)
-            for key, job in list(running.items()):
-                if _report_epochs(key, job, log) and on_epoch is not None:
-                    on_epoch()
-                code = job["child"].poll()
-                if code is None:
-                    continue
-                del running[key]
-                row, entry, spec, run_fp = job["fit"]
-                try:
-                    result, err = read_child_result(code, job["result_file"], f"see {job['log_path']}"), None
-                except Exception as caught:  # noqa: BLE001 - recorded by on_done
-                    result, err = None, caught
-                on_done(row, entry, spec, run_fp, result, err, job["started"])
-    except BaseException:
-        stop_children(job["child"] for job in running.values())
-        for key in running:
-            log(f"{key}: stopped; the next run resumes it from last.ckpt")
-        raise
+    with sigterm_raises():  # interrupted, the rows still running are stopped
+        try:
+            while queue or running:
+                while queue and len(running) < jobs:
+                    row, entry, spec, run_fp = queue.pop(0)
+                    on_start(row, entry, spec)
+                    Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
+                    known = len(read_progress(Path(spec["workdir"]))["epochs"])  # earlier sittings' epochs are not news
+                    child, result_file, log_path = _start(spec, child_entry)
+                    log(f"{row.key}: started (pid {child.pid}, {spec.get('threads') or 1} thread(s), log {log_path})")
+                    running[row.key] = dict(child=child, fit=(row, entry, spec, run_fp), result_file=result_file,
+                                            log_path=log_path, started=time.perf_counter(), epochs=known)
+                _wait(poll_s)
+                for key, job in list(running.items()):
+                    if _report_epochs(key, job, log) and on_epoch is not None:
+                        on_epoch()
+                    code = job["child"].poll()
+                    if code is None:
+                        continue
+                    del running[key]
+                    row, entry, spec, run_fp = job["fit"]
+                    try:
+                        result, err = read_child_result(code, job["result_file"], f"see {job['log_path']}"), None
+                    except Exception as caught:  # noqa: BLE001 - recorded by on_done
+                        result, err = None, caught
+                    on_done(row, entry, spec, run_fp, result, err, job["started"])
+        except BaseException:
+            stop_children(job["child"] for job in running.values())
+            for key in running:
+                log(f"{key}: {STOPPED}")
+            raise
 
 
 def _wait(seconds: float) -> None:
