@@ -448,3 +448,26 @@ def test_a_recipes_comments_do_not_restart_its_rows_and_older_text_fingerprints_
     recipe.write_text(text.replace("seed_everything: ", "seed_everything: 1") if "seed_everything: " in text
                       else "seed_everything: 12345\n" + text)
     assert run_table("srnn-tomita", **run)["ran"] == ["g2"]  # a value changed: the row runs again
+
+
+def test_a_row_read_from_another_rows_run_is_measured_when_that_run_ends(tmp_path):
+    """A table stopped during a later fit (Ctrl-C in the second fit here) keeps the rows read from the first
+    row's run (the same model on another test set): they no longer wait for every fit and stay "not run"."""
+    table = get_table("srnn-table1")
+    first, shared = [row.key for row in table.rows if row.key.startswith("large-lstm-")][:2]
+    other = next(row.key for row in table.rows if row.key.startswith("large-sr-lstm-p-"))
+    fitted = []
+
+    def build_cli(args, run=False):
+        if any("sr_lstm_p" in arg for arg in args):
+            raise KeyboardInterrupt  # the user stops the table during its second fit
+        fitted.append(args)
+        return lightning_cli(args, run=run)
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_table(table.id, scale="tiny", out=tmp_path, rows=[first, other, shared], log=lambda _: None,
+                         build_cli=build_cli, child_entry=CHILD_ENTRY)
+    rows = json.loads((tmp_path / f"{table.id}.state.json").read_text())["rows"]
+    assert len(fitted) == 1 and rows[first]["status"] == "done"  # one model trained for the two rows
+    assert rows[shared]["status"] == "done" and rows[shared]["shared_with"] == first
+    assert 0.0 <= rows[shared]["measured"] <= 1.0 and rows[other]["status"] != "done"

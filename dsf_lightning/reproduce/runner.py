@@ -71,7 +71,7 @@ from .report import STATUS_FAILED, STATUS_QUEUED, STATUS_RUNNING, row_folder
 from .state import TableState
 from .state import report_table as state_report_table
 from .tables import METRICS, Row, Table, default_recipes_dir, get_table, metric_key, row_keys
-from .train import follow_rank_zero, measure_later, train_rows
+from .train import follow_rank_zero, measure_in_run, measure_later, train_rows
 
 logger = logging.getLogger(__name__)
 
@@ -686,7 +686,8 @@ def run_table(
     process; default :mod:`.row`) are there for tests that train rows another way.
 
     Three steps: :func:`plan_rows` (rank 0 decides each row), :func:`.train.train_rows` and
-    :func:`.train.measure_later` (run), every outcome recorded by :class:`.state.TableState` (report).
+    :func:`.train.measure_later` (run; a row read from another row's run is measured as soon as that run ends,
+    :func:`.train.measure_in_run`), every outcome recorded by :class:`.state.TableState` (report).
     """
     table = get_table(table_id)
     _check_counts(scale, jobs, threads)
@@ -702,7 +703,8 @@ def run_table(
     record = TableState(table, out, scale, wanted, log=log, command=command, commit=git_commit())
     plan = plan_rows(table, record, setup)
     train_rows(plan.fits, record, jobs=jobs, isolate=isolate, rank=rank, world=world,
-               fit_here=lambda spec: run_row(spec, build_cli), child_entry=child_entry or CHILD_ENTRY)
+               fit_here=lambda spec: run_row(spec, build_cli), child_entry=child_entry or CHILD_ENTRY,
+               on_trained=lambda run_fp: measure_in_run(plan.later, run_fp, record))
     measure_later(plan.later, record, lambda row, parent, recipe: run_dynamic(row, parent, recipe, root, scale))
     return record.close()
 

@@ -44,9 +44,11 @@ def follow_rank_zero(table: Table, out: Path, rank: int, world: int, scale: str,
 
 
 def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate: bool, rank: int, world: int,
-               fit_here: Callable[[dict], dict], child_entry: str | None) -> None:
+               fit_here: Callable[[dict], dict], child_entry: str | None,
+               on_trained: Callable[[str], None] = lambda run_fp: None) -> None:
     """Train ``fits`` (row, entry, spec, run fingerprint) and record each outcome: ``jobs`` at once in child
     processes, else one after the other, each in a child process (``isolate``) or here (``fit_here(spec)``).
+    ``on_trained(run_fp)`` follows each recorded outcome (the rows measured in that run, at once).
     The other ranks get the rows' specs (:func:`.ranks.share_decision`) and train each in step."""
     runner = this_process()  # who runs this table's rows: the report tells a row whose runner is gone
 
@@ -57,6 +59,7 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
     def trained(row, entry: dict, spec: dict, run_fp: str, result: dict | None, err: BaseException | None,
                 started: float) -> None:
         record.trained(row, entry, run_fp, result, err, started)
+        on_trained(run_fp)
 
     def row_log(key: str) -> Callable[[str], None]:
         return lambda message: record.log(f"[{record.table.id}] {key}: {message}")
@@ -80,6 +83,19 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
         except Exception as caught:  # noqa: BLE001 - recorded by `trained`
             result, err = None, caught
         trained(row, entry, spec, run_fp, result, err, started)
+
+
+def measure_in_run(later: list, run_fp: str, record: TableState) -> None:
+    """Measure (and take out of ``later``) the rows read from run ``run_fp`` as soon as it is trained, so a
+    table stopped before its last fit keeps them (a test set of a trained model costs no training)."""
+    ready = [item for item in later if run_fp is not None and item[3] == run_fp]
+    for item in ready:
+        later.remove(item)
+    measure_later(ready, record, evaluate=_not_a_dynamic_row)
+
+
+def _not_a_dynamic_row(row, *_) -> dict:
+    raise RuntimeError(f"row {row.key} evaluates another row's checkpoint; it is measured after the fits")
 
 
 def measure_later(later: Sequence[tuple], record: TableState, evaluate: Callable[..., dict]) -> None:
