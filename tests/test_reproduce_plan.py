@@ -10,7 +10,7 @@ import pytest
 from dsf_lightning.reproduce import runner
 from dsf_lightning.reproduce.state import TableState
 from dsf_lightning.reproduce.tables import default_recipes_dir, get_table
-from dsf_lightning.reproduce.train import measure_later
+from dsf_lightning.reproduce.train import measure_in_run, measure_later
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
@@ -133,3 +133,17 @@ def test_a_rows_recipe_that_does_not_parse_is_one_line_as_in_dsf_fit(tmp_path, c
     assert exit_.value.code == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("dsf fit: error: ") and "--model.bogus" in lines[0], lines
+
+
+def test_the_rows_read_from_a_run_are_measured_once_when_it_ends(tmp_path):
+    table = get_table("srnn-table1")
+    first, second, third = [row for row in table.rows if row.key.startswith("large-lstm-")][:3]
+    record = _record(table, tmp_path, [first.key, second.key, third.key], [])
+    later = [(second, {"run": "run-1"}, {}, "run-1"), (third, {"run": "run-2"}, {}, "run-2")]
+    record.runs["run-1"] = {"row": first.key, "metrics": {runner.metric_key(second): 0.25}, "wall_seconds": 3.0}
+    measure_in_run(later, "run-1", record)
+    assert [item[0].key for item in later] == [third.key]  # the other run's row still waits
+    assert record.summary["ran"] == [second.key] and record.state["rows"][second.key]["measured"] == 0.25
+    measure_later(later, record, evaluate=lambda *a: pytest.fail("evaluated"))  # the end of the table
+    assert record.summary["ran"] == [second.key]  # measured once; run-2 never trained: recorded failed
+    assert record.summary["failed"] == [third.key]
