@@ -108,8 +108,8 @@ def test_cudnns_lstm_on_our_parameters_equals_our_loop(dtype):
         grads = torch.autograd.grad(loss, [x, *c.parameters()])
         results.append([out.float(), h.float(), cs.float(), *grads])
     for a, b in zip(*results):
-        if dtype == torch.float32:
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        if dtype == torch.float32:  # another summation order: 2.9e-5 apart at most on an H200 (3 of 1792)
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
         else:  # bf16 has 8 bits of mantissa: the two roundings differ elementwise, not in norm
             assert (a - b).norm() <= 2e-2 * b.norm(), (a - b).norm() / b.norm()
 

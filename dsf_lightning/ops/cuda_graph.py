@@ -14,6 +14,7 @@ device stand-ins on a machine without a GPU, and the callable with its capture r
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import weakref
@@ -75,6 +76,19 @@ class _Window(nn.Module):
         return (out, *new_state)
 
 
+class _gc_paused:
+    """Collect now, then keep the cyclic garbage collector off until the block ends (as it was before)."""
+
+    def __enter__(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was_enabled:
+            gc.enable()
+
+
 def _fresh(grad: Tensor) -> Tensor:
     """A parameter's gradient in memory of its own: the graphed backward hands out its static buffer,
     which ``.grad`` would keep and the next replay overwrite (gradient accumulation over windows;
@@ -109,7 +123,11 @@ class WindowGraphs:
 
     @staticmethod
     def _make_graphed(module: nn.Module, args: tuple[Tensor, ...]) -> Callable:
-        return torch.cuda.make_graphed_callables(module, args, allow_unused_input=True)
+        # Python's cyclic GC must not run during the capture: collecting an earlier graph (its autograd
+        # Function holds a cycle) frees CUDA memory, which a capturing stream refuses ("operation not
+        # permitted when stream is capturing"); seen on an H200 for irlm and sr-lstm-p after other captures
+        with _gc_paused():
+            return torch.cuda.make_graphed_callables(module, args, allow_unused_input=True)
 
     def __call__(self, x: Tensor, state: tuple[Tensor, ...], masks) -> tuple[Tensor, tuple[Tensor, ...]]:
         layer = self._layer()

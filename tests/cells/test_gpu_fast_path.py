@@ -4,6 +4,8 @@ the reference in float64, and torch's fused LSTM (cuDNN's on a GPU, also run on 
 reference and to our own loop in values and gradients. ``tests/test_gpu_fast_path_cuda.py`` runs the real
 capture and cuDNN on a GPU."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -186,6 +188,36 @@ def test_a_capture_that_fails_leaves_the_layer_eager(caplog):
     torch.testing.assert_close(cell(x, state)[0], ref(x, state)[0], rtol=0, atol=0)
     assert _WINDOW_GRAPHS[cell].failed and "CUDA graph capture of ElmanCell failed" in caplog.text
 
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_capture_runs_with_the_garbage_collector_paused(monkeypatch, fails):
+    """Python's cyclic GC collecting an earlier graph inside a capture frees CUDA memory, which a capturing
+    stream refuses: on an H200 irlm's and sr-lstm-p's captures failed that way after other cells' graphs
+    (tests/test_gpu_fast_path_cuda.py). The capture runs with the collector off, and on again after, also
+    when the capture raises; a collector the caller had switched off stays off."""
+    import gc
+
+    seen = []
+
+    def capture(module, sample, allow_unused_input):
+        seen.append(gc.isenabled())
+        if fails:
+            raise RuntimeError("capture failed")
+        return module
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", capture)
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+        WindowGraphs._make_graphed(torch.nn.Identity(), (torch.zeros(1),))
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+            WindowGraphs._make_graphed(torch.nn.Identity(), (torch.zeros(1),))
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
 
 # -- torch's fused LSTM for the peephole-free lstm ----------------------------------------------------
 def _random_lstm(**options):
