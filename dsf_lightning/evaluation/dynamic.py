@@ -88,20 +88,21 @@ def dynamic_evaluation(
     for p in learner.parameters():
         p.requires_grad_(True)
     optimizer = torch.optim.SGD(learner.parameters(), lr=lr)
+    device = next(learner.parameters()).device  # the splits go where the model is (a GPU's for a fast run)
     results: dict[str, SplitResult] = {}
     state = None
     prev: int | None = context_token
     # minutes of work (6-11 on PTB): a bar on a terminal, nothing in a log
     bar = progress_bar(sum(ids.numel() for _, ids in items), "dynamic evaluation", unit="tok", unit_scale=True)
     for name, ids in items:
-        ids = ids.reshape(-1).long()
+        ids = ids.reshape(-1).long().to(device)
         start = 0
         if prev is None:  # the very first token is context only
             prev, start = int(ids[0]), 1
         nll_sum, count = 0.0, 0
         for lo, hi in _segments(ids, start, segment_length if updates == "segment" else None, sentence_end):
             targets = ids[lo:hi]
-            inputs = torch.cat([torch.tensor([prev]), targets[:-1]])
+            inputs = torch.cat([torch.tensor([prev], device=device), targets[:-1]])
             logits, new_state = learner(inputs[None], state)  # predict the whole segment first
             loss = F.cross_entropy(logits[0].float(), targets, reduction="sum")
             nll_sum += float(loss.detach().double())

@@ -501,8 +501,35 @@ def prepare_row_folder(workdir: Path, fp: str, same_row: set[str], recipe: dict,
     return checkpoint
 
 
-def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | None, scale: str) -> dict:
-    """Dynamic evaluation #1 / #2 of the parent row's best checkpoint."""
+def _accelerator(recipe: dict, extra: Sequence[str]) -> str:
+    """The ``trainer.accelerator`` the rows' fits use: the last ``--trainer.accelerator`` of ``extra``, else the
+    recipe's, else Lightning's default ``auto``."""
+    value = (recipe.get("trainer") or {}).get("accelerator", "auto")
+    for i, arg in enumerate(extra):
+        name, eq, given = arg.partition("=")
+        if name == "--trainer.accelerator":
+            value = given if eq else (extra[i + 1] if i + 1 < len(extra) else value)
+    return str(value).lower()
+
+
+def evaluation_device(recipe: dict, extra: Sequence[str]) -> str:
+    """Where this process evaluates a row itself (dynamic evaluation): CUDA when the fits run on a GPU
+    (``--trainer.accelerator gpu`` / ``cuda``, or ``auto`` with one present), else the CPU."""
+    import torch
+
+    accelerator = _accelerator(recipe, extra)
+    if accelerator in ("gpu", "cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--trainer.accelerator {accelerator}: torch sees no CUDA device here, so the dynamic "
+                             "evaluations cannot run on one; drop the option (or give cpu) to run them on the CPU")
+        return "cuda"
+    return "cuda" if accelerator == "auto" and torch.cuda.is_available() else "cpu"
+
+
+def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | None, scale: str,
+                extra: Sequence[str] = ()) -> dict:
+    """Dynamic evaluation #1 / #2 of the parent row's best checkpoint, on the device of the rows' fits
+    (:func:`evaluation_device`)."""
     import torch
 
     from ..data.corpora import load_corpus
@@ -517,7 +544,7 @@ def run_dynamic(row: Row, parent_state: dict, recipe: dict, data_root: str | Non
     # weights-only, and its hyper-parameters parsed under the recipe allowlist (Lightning's instantiator
     # would otherwise build any class_path they hold): a checkpoint in the results folder runs no code
     module = guarded(LanguageModelModule.load_from_checkpoint, ckpt, map_location="cpu", weights_only=True)
-    model = module.model.float().eval()
+    model = module.model.float().eval().to(evaluation_device(recipe, extra))
     data = recipe["data"]
     root = data_root if data_root is not None else data.get("data_root")
     corpus = load_corpus(data["corpus"], data_root=root, **dict(data.get("corpus_options") or {}))
@@ -705,7 +732,8 @@ def run_table(
     train_rows(plan.fits, record, jobs=jobs, isolate=isolate, rank=rank, world=world,
                fit_here=lambda spec: run_row(spec, build_cli), child_entry=child_entry or CHILD_ENTRY,
                on_trained=lambda run_fp: measure_in_run(plan.later, run_fp, record))
-    measure_later(plan.later, record, lambda row, parent, recipe: run_dynamic(row, parent, recipe, root, scale))
+    measure_later(plan.later, record,
+                  lambda row, parent, recipe: run_dynamic(row, parent, recipe, root, scale, setup.extra))
     return record.close()
 
 
