@@ -235,8 +235,10 @@ def _default_fields(pretrained, eval_entries: list[dict], files: dict[str, int],
         f"{len(pretrained.vocab):,} symbols. Its headline metric is {metric_word}."
     )
     dropout = ", ".join(
-        f"{k.removeprefix('dropout_')} {getattr(cfg, k)}"
-        for k in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output") if getattr(cfg, k)
+        [f"{k.removeprefix('dropout_')} {getattr(cfg, k)}"
+         for k in ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output") if getattr(cfg, k)]
+        # the cell's own, e.g. the Delta-RNN's on its inner function (DSF eq. 12)
+        + [f"cell option {k} {v}" for k, v in (cfg.cell_options or {}).items() if "dropout" in k and v]
     ) or "none"
     arch = [
         ("cell", f"`{cfg.cell}`" + (f" with options `{json.dumps(cfg.cell_options)}`" if cfg.cell_options else "")),

@@ -200,3 +200,14 @@ def test_the_classifier_description_names_the_cell_without_a_wrong_article(tmp_p
     text = ModelCard.load(save_classifier(tiny_classifier("sr-lstm-p"), tmp_path / "clf") / "README.md").text
     assert "A text classifier with the `sr-lstm-p` cell (8 units, 3 centroids)" in text
     assert "A sr-lstm-p " not in text
+
+
+@pytest.mark.parametrize("config, says", [
+    ({}, "| dropout (training) | none |"),
+    ({"cell_options": {"dropout": 0.5}}, "| dropout (training) | cell option dropout 0.5 |"),
+    ({"dropout_output": 0.25, "cell_options": {"dropout": 0.5}}, "| dropout (training) | output 0.25, cell option dropout 0.5 |"),
+])
+def test_the_card_names_the_dropout_it_was_trained_with_also_the_cells_own(tmp_path, config, says):
+    # the DSF Table 1 Delta-RNN-drop (dropout on the inner function, eq. 12, a cell option) read "none"
+    lm = ModelCard.load(save_pretrained(tiny_pretrained("delta-rnn", **config), tmp_path / "lm") / "README.md").text
+    assert says in lm
