@@ -53,6 +53,9 @@ class TrainConfig:
     """The factor of the two learning-rate schedules, in (0, 1] (0.5: halving)."""
     lr_decay_after_epoch: int | None = None
     """Multiply the learning rate by ``lr_decay_factor`` at every epoch end from this epoch on (Zaremba et al.)."""
+    lr_halving_threshold: float = 1e-4
+    """With ``lr_halving_patience``: a validation counts as an improvement only when ``val_loss`` falls below
+    the best so far times ``1 - lr_halving_threshold`` (torch's ``ReduceLROnPlateau`` threshold, relative)."""
     iterative_inference_step: float = 0.0
     """Lambda of DSF sec. 2.5: the carried state steps along the gradient of the window's summed NLL (0: off)."""
     sobolev_weight: float = 0.0
@@ -103,6 +106,10 @@ class TrainConfig:
         p = self.state_reset_prob
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
             raise ValueError(f"state_reset_prob must be a probability in [0, 1) (0: off), got {p!r}")
+        t = self.lr_halving_threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t < 1.0:
+            raise ValueError(f"lr_halving_threshold must be a relative improvement in [0, 1) (e.g. 0.002: val_loss "
+                             f"must fall by 0.2 %), got {t!r}")
         if self.lr_decay_after_epoch is not None and self.lr_halving_patience is not None:
             raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
         k = self.carry_state_after_step

@@ -120,6 +120,9 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         lr_decay_after_epoch: multiply the learning rate by ``lr_decay_factor`` at the end of every
             epoch from this many epochs on (Zaremba et al. 2014's schedule, used by the SCRN and RAN
             papers; None: off). Cannot be combined with ``lr_halving_patience``.
+        lr_halving_threshold: with ``lr_halving_patience``, the relative fall of ``val_loss`` below its best
+            that counts as an improvement (torch's ``ReduceLROnPlateau`` threshold; 1e-4 by default; e.g.
+            0.002, about 1 % of perplexity at a loss of 4.7, divides the rate once gains become that small).
         compile: run the model through ``torch.compile`` (default off): the features (the recurrent layers)
             and the decoder with the loss in training, the whole forward in evaluation, each compiled on
             first use (seconds to tens of seconds per new window shape). What it gains on a CPU is measured
@@ -195,6 +198,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         parameter_budget: int | str | None = None,
         lr_decay_factor: float = 0.5,
         lr_decay_after_epoch: int | None = None,
+        lr_halving_threshold: float = 1e-4,
         init_from: str | None = None,
         compile: bool = False,
         fused_loss: bool = True,
@@ -624,7 +628,8 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: factor ** max(epoch + 1 - start, 0))
         elif hp.lr_halving_patience is not None:  # stepped by this module after every validation
             scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                optimizer, mode="min", factor=hp.lr_decay_factor, patience=hp.lr_halving_patience
+                optimizer, mode="min", factor=hp.lr_decay_factor, patience=hp.lr_halving_patience,
+                threshold=hp.lr_halving_threshold, threshold_mode="rel",
             )
         return with_schedule(optimizer, scheduler)
 

@@ -119,7 +119,26 @@ def test_a_newer_format_or_a_bad_option_is_one_clear_error(tmp_path):
                              (dict(seed=1.5), "seed must be an integer, got 1.5"),
                              (dict(lr_decay_factor="x"), r"lr_decay_factor must be in \(0, 1\], got 'x'"),
                              (dict(lr_halving_patience=-1), r"lr_halving_patience must be an integer >= 0 \(None: off\)"),
+                             (dict(lr_halving_threshold=1.0), r"lr_halving_threshold must be a relative improvement in \[0, 1\)"),
+                             (dict(lr_halving_threshold=-0.1), r"lr_halving_threshold must be a relative improvement"),
                              (dict(sampled_loss_samples=0), "sampled_loss_samples must be an integer >= 1, got 0"),
                              (dict(param_group_lr=[1e-6]), "param_group_lr must map a parameter-name fragment")):
         with pytest.raises(ValueError, match=message):
             LanguageModelModule(vocab_size=11, hidden_sizes=[4], **options)
+
+
+
+@pytest.mark.parametrize("threshold, halved", [(None, False), (1e-4, False), (0.01, True)])
+def test_the_plateau_threshold_decides_what_counts_as_an_improvement(threshold, halved):
+    """An epoch whose val_loss falls by 0.5 %: an improvement under torch's default threshold (1e-4), no
+    improvement under 0.01, so patience 0 divides the rate (the SGD Delta-RNN of issue 39 gained 0.2-0.6 % an
+    epoch for ten epochs and its rate was never divided)."""
+    options = {} if threshold is None else dict(lr_halving_threshold=threshold)
+    module = LanguageModelModule(vocab_size=11, hidden_sizes=[4], optimizer="sgd", lr=1.0, lr_halving_patience=0,
+                                 lr_decay_factor=0.25, **options)
+    config = module.configure_optimizers()
+    scheduler, optimizer = config["lr_scheduler"]["scheduler"], config["optimizer"]
+    scheduler.step(4.7)
+    scheduler.step(4.7 * 0.995)
+    assert optimizer.param_groups[0]["lr"] == (0.25 if halved else 1.0)
+    assert module.hparams.lr_halving_threshold == (1e-4 if threshold is None else threshold)
