@@ -241,8 +241,12 @@ DSF_TABLE2_IMDB_COST = (
     "and an epoch is 10,476,680 training subwords (the 22,500 labelled train reviews left after the validation "
     "hold-out; the paper's 149,714 documents, 40.8M words, include reviews the labelled release does not have): "
     "~10 CPU minutes an epoch, ~5 CPU hours for a row's 30 epochs, ~35 CPU hours (~18 hours of two cores) for the "
-    "seven rows. On a GPU the seven rows can run side by side (not tried: no GPU was at hand): `dsf reproduce dsf-table2 --scale paper --rows "
-    "imdb-elman,imdb-scrn,imdb-mgu,imdb-mi-rnn,imdb-gru,imdb-lstm,imdb-delta-rnn --jobs 7 --trainer.accelerator gpu`."
+    "seven rows. On a GPU the seven rows can run side by side: `dsf reproduce dsf-table2 --scale paper --rows "
+    "imdb-elman,imdb-scrn,imdb-mgu,imdb-mi-rnn,imdb-gru,imdb-lstm,imdb-delta-rnn --jobs 7 --trainer.accelerator gpu`. "
+    "Not run on the H200 of 2026-11-30 (a 15-minute lease): `dsf fit` ran about 75 optimizer steps a second there "
+    "(the DSF Table 1 word rows, two side by side, validation included), so at 10,477 steps an epoch (batches of "
+    "20 x 50) a row's 30 epochs would take roughly 1.2 GPU hours, the step rate and not the arithmetic setting it "
+    "(an estimate, not a measurement of these recipes)."
 )
 
 
