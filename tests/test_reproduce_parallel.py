@@ -101,8 +101,15 @@ def test_a_stopped_rows_progress_outlives_its_run_folder(tmp_path, monkeypatch, 
     state_path = out / "dsf-table1-word.state.json"
     deadline = time.monotonic() + 120
 
-    def wait(seconds):  # stop the run once the state holds an epoch of the row's progress
-        if state_path.is_file() and json.loads(state_path.read_text())["rows"]["elman"].get("progress", {}).get("epochs"):
+    folder_progress = out / "runs" / "dsf-table1-word" / "elman" / "progress.json"
+
+    def epochs_in(path, *keys):
+        return len(functools.reduce(lambda d, k: d.get(k, {}), keys, json.loads(path.read_text())).get("epochs", [])) \
+            if path.is_file() else 0
+
+    def wait(seconds):  # stop the run once the folder is an epoch ahead of the state's copy (the race CI once lost)
+        recorded = epochs_in(state_path, "rows", "elman", "progress")
+        if recorded and epochs_in(folder_progress) > recorded:
             raise KeyboardInterrupt
         if time.monotonic() > deadline:
             raise RuntimeError("the state never recorded the row's progress")
@@ -113,12 +120,14 @@ def test_a_stopped_rows_progress_outlives_its_run_folder(tmp_path, monkeypatch, 
         run_table("dsf-table1-word", rows=["elman"], jobs=2, scale="tiny", data_root=DATA_ROOT, out=out,
                   overrides=["--trainer.max_epochs=100000"], log=lambda _: None)
     live = read_csv(out / "dsf-table1-word.csv")["elman"]
+    in_folder = epochs_in(folder_progress)
     shutil.rmtree(out / "runs")
     assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
     row = read_csv(out / "dsf-table1-word.csv")["elman"]
     assert int(row["epochs"]) >= 1 and float(row["cpu_seconds"]) > 0
     assert row["message"].startswith(f"running: {row['epochs']} epoch(s) so far of at most 100000 (at most ~")
     assert int(row["epochs"]) >= int(live["epochs"] or 0)
+    assert int(row["epochs"]) >= in_folder  # the stopped run's last epochs were copied into the state, not lost
     curves = [r for r in csv.DictReader(open(out / "dsf-table1-word.curves.csv")) if r["row"] == "elman"]
     assert len(curves) == int(row["epochs"])
 
