@@ -101,15 +101,12 @@ def test_a_stopped_rows_progress_outlives_its_run_folder(tmp_path, monkeypatch, 
     state_path = out / "dsf-table1-word.state.json"
     deadline = time.monotonic() + 120
 
-    folder_progress = out / "runs" / "dsf-table1-word" / "elman" / "progress.json"
-
-    def epochs_in(path, *keys):
-        return len(functools.reduce(lambda d, k: d.get(k, {}), keys, json.loads(path.read_text())).get("epochs", [])) \
-            if path.is_file() else 0
+    folder = out / "runs" / "dsf-table1-word" / "elman"
 
     def wait(seconds):  # stop the run once the folder is an epoch ahead of the state's copy (the race CI once lost)
-        recorded = epochs_in(state_path, "rows", "elman", "progress")
-        if recorded and epochs_in(folder_progress) > recorded:
+        state = json.loads(state_path.read_text()) if state_path.is_file() else {"rows": {}}
+        recorded = len(state["rows"].get("elman", {}).get("progress", {}).get("epochs", []))
+        if recorded and len(read_progress(folder)["epochs"]) > recorded:
             raise KeyboardInterrupt
         if time.monotonic() > deadline:
             raise RuntimeError("the state never recorded the row's progress")
@@ -120,7 +117,7 @@ def test_a_stopped_rows_progress_outlives_its_run_folder(tmp_path, monkeypatch, 
         run_table("dsf-table1-word", rows=["elman"], jobs=2, scale="tiny", data_root=DATA_ROOT, out=out,
                   overrides=["--trainer.max_epochs=100000"], log=lambda _: None)
     live = read_csv(out / "dsf-table1-word.csv")["elman"]
-    in_folder = epochs_in(folder_progress)
+    in_folder = len(read_progress(folder)["epochs"])
     shutil.rmtree(out / "runs")
     assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
     row = read_csv(out / "dsf-table1-word.csv")["elman"]
