@@ -39,8 +39,8 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
                          poll_s: float = POLL_SECONDS, child_entry: str) -> None:
     """Run ``fits`` (row, entry, spec, run fingerprint) ``jobs`` at a time; ``on_start(row, entry, spec)`` before
     each and ``on_done(row, entry, spec, run_fp, result, error, started)`` after each, in this process;
-    ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table) and once more after stopped rows
-    ended; ``child_entry``: the module each child runs with ``python -m`` (:mod:`dsf_lightning.reproduce.row`)."""
+    ``on_epoch()`` whenever a row finished an epoch (e.g. to rewrite the table); ``child_entry``: the module each
+    child runs with ``python -m`` (:mod:`dsf_lightning.reproduce.row`)."""
     queue = list(fits)
     running: dict[str, dict] = {}
     with sigterm_raises():  # interrupted, the rows still running are stopped
@@ -73,8 +73,6 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
             stop_children(job["child"] for job in running.values())
             for key in running:
                 log(f"{key}: {STOPPED}")
-            if running and on_epoch is not None:  # the epochs finished since the last look are kept too
-                on_epoch()
             raise
 
 

@@ -71,18 +71,22 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
     share_decision({"fits": [{"row": row.key, "recipe": row.recipe, "resume": spec["resume"],
                               "argv": children[row.key][0] if row.key in children else None}
                              for row, _, spec, _ in fits]}, record.table.id, record.out / "runs" / record.table.id)
-    if jobs > 1:
-        run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=record.save,
-                             child_entry=child_entry, log=lambda msg: record.log(f"[{record.table.id}] {msg}"))
-        return
-    for row, entry, spec, run_fp in fits:
-        starting(row, entry, spec)
-        started = time.perf_counter()
-        try:
-            result, err = (run_child(*children[row.key], log=row_log(row.key)) if isolate else fit_here(spec)), None
-        except Exception as caught:  # noqa: BLE001 - recorded by `trained`
-            result, err = None, caught
-        trained(row, entry, spec, run_fp, result, err, started)
+    try:
+        if jobs > 1:
+            run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=record.save,
+                                 child_entry=child_entry, log=lambda msg: record.log(f"[{record.table.id}] {msg}"))
+            return
+        for row, entry, spec, run_fp in fits:
+            starting(row, entry, spec)
+            started = time.perf_counter()
+            try:
+                result, err = (run_child(*children[row.key], log=row_log(row.key)) if isolate else fit_here(spec)), None
+            except Exception as caught:  # noqa: BLE001 - recorded by `trained`
+                result, err = None, caught
+            trained(row, entry, spec, run_fp, result, err, started)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): the state keeps the epochs the stopped rows finished
+        record.save()
+        raise
 
 
 def measure_in_run(later: list, run_fp: str, record: TableState) -> None:
