@@ -186,6 +186,22 @@ def test_a_mistyped_ckpt_path_is_one_line(run_folder, capsys, case):
     assert f"--ckpt_path {path}" in line and message in line, line
 
 
+@pytest.mark.parametrize("options, message", [
+    # a recipe's schedule and a command line that adds the other one (stacked recipes do the same)
+    (["--model.lr_decay_after_epoch", "2", "--model.lr_halving_patience", "0"],
+     "lr_decay_after_epoch and lr_halving_patience are two schedules: set only one (to drop a recipe's, give it "
+     "as null: --model.lr_decay_after_epoch null)"),
+    (["--model.lr_decay_factor", "1.5"], "lr_decay_factor must be in (0, 1], got 1.5"),
+    (["--model.carry_state_after_step", "0"], "carry_state_after_step must be a number of steps >= 1"),
+])
+def test_training_options_that_do_not_fit_are_one_line(run_folder, capsys, options, message):
+    """TrainConfig's checks run when LightningCLI builds the module: a bad combination of training options is the
+    user's (exit 2, one line naming the options), not a traceback."""
+    code, err = _fit(capsys, "--config", "config.yaml", *options)
+    assert code == 2, err
+    assert message in _one_line_error(err)
+
+
 def test_slurm_environment_outside_slurm_is_one_line(run_folder, capsys, monkeypatch):
     for name in list(os.environ):
         if name.startswith("SLURM_"):

@@ -26,6 +26,11 @@ OPTIMIZER_CHOICES = ("adam", "sgd")
 CONFIG_KEY = "dsf_config"
 
 
+class TrainConfigError(ModelConfigError):
+    """A training option, or a combination of them, is impossible (the message names the options). A
+    :class:`~dsf_lightning.model.ModelConfigError`, so ``dsf fit`` prints it as the user's one line."""
+
+
 @dataclass
 class TrainConfig:
     """How a :class:`~dsf_lightning.model.RecurrentLM` is trained (``LanguageModelModule``'s options that are not
@@ -90,39 +95,40 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """Check every option; the error names the option at fault and what it must be."""
         if self.optimizer not in OPTIMIZER_CHOICES:  # build_optimizer's check, before anything is built
-            raise ValueError(f"optimizer must be one of {OPTIMIZER_CHOICES}, got {self.optimizer!r}")
+            raise TrainConfigError(f"optimizer must be one of {OPTIMIZER_CHOICES}, got {self.optimizer!r}")
         f = self.lr_decay_factor
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
-            raise ValueError(f"lr_decay_factor must be in (0, 1], got {f!r}")
+            raise TrainConfigError(f"lr_decay_factor must be in (0, 1], got {f!r}")
         _check_int("seed", self.seed, low=None)
         _check_int("sampled_loss_samples", self.sampled_loss_samples, low=1)
         for name in ("lr_halving_patience", "lr_decay_after_epoch"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), low=0, none="None: off")
         if isinstance(self.l1_weight, bool) or not isinstance(self.l1_weight, (int, float)) or not self.l1_weight >= 0:
-            raise ValueError(f"l1_weight must be a number >= 0, got {self.l1_weight!r}")
-        check_bool("compile", self.compile)
-        check_bool("fused_loss", self.fused_loss)
+            raise TrainConfigError(f"l1_weight must be a number >= 0, got {self.l1_weight!r}")
+        check_bool("compile", self.compile, TrainConfigError)
+        check_bool("fused_loss", self.fused_loss, TrainConfigError)
         p = self.state_reset_prob
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-            raise ValueError(f"state_reset_prob must be a probability in [0, 1) (0: off), got {p!r}")
+            raise TrainConfigError(f"state_reset_prob must be a probability in [0, 1) (0: off), got {p!r}")
         t = self.lr_halving_threshold
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t < 1.0:
-            raise ValueError(f"lr_halving_threshold must be a relative improvement in [0, 1) (e.g. 0.002: val_loss "
-                             f"must fall by 0.2 %), got {t!r}")
+            raise TrainConfigError(f"lr_halving_threshold must be a relative improvement in [0, 1) (e.g. 0.002: val_loss "
+                                   f"must fall by 0.2 %), got {t!r}")
         if self.lr_decay_after_epoch is not None and self.lr_halving_patience is not None:
-            raise ValueError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one")
+            raise TrainConfigError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one (to drop "
+                                   "a recipe's, give it as null: --model.lr_decay_after_epoch null)")
         k = self.carry_state_after_step
         if k is not None:
             if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                raise ValueError("carry_state_after_step must be a number of steps >= 1 (None: carry the "
-                                 f"window's last state), got {k!r}")
+                raise TrainConfigError("carry_state_after_step must be a number of steps >= 1 (None: carry the "
+                                       f"window's last state), got {k!r}")
             if self.iterative_inference_step:
-                raise ValueError("carry_state_after_step and iterative_inference_step cannot be combined: "
-                                 "iterative inference refines the window's last state; set one of them")
+                raise TrainConfigError("carry_state_after_step and iterative_inference_step cannot be combined: "
+                                       "iterative inference refines the window's last state; set one of them")
         if self.param_group_lr is not None and not isinstance(self.param_group_lr, dict):
-            raise ValueError("param_group_lr must map a parameter-name fragment to its learning rate (e.g. "
-                             f"{{'rho': 1e-6}}) or be None, got {self.param_group_lr!r:.80}")
+            raise TrainConfigError("param_group_lr must map a parameter-name fragment to its learning rate (e.g. "
+                                   f"{{'rho': 1e-6}}) or be None, got {self.param_group_lr!r:.80}")
         _check_finite_options(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
                               iterative_inference_step=self.iterative_inference_step, sobolev_weight=self.sobolev_weight,
                               **{f"param_group_lr[{k!r}]": v for k, v in (self.param_group_lr or {}).items()},
@@ -135,10 +141,10 @@ class TrainConfig:
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """The config :meth:`to_dict` gave; an unknown field raises :class:`ValueError` naming it."""
         if not isinstance(data, dict):
-            raise ValueError(f"a training config must be a dict of fields, got {type(data).__name__} {data!r:.80}")
+            raise TrainConfigError(f"a training config must be a dict of fields, got {type(data).__name__} {data!r:.80}")
         unknown = sorted(set(data) - _field_names(cls), key=str)
         if unknown:
-            raise ValueError(f"unknown training config field(s) {unknown}; known: {sorted(_field_names(cls))}")
+            raise TrainConfigError(f"unknown training config field(s) {unknown}; known: {sorted(_field_names(cls))}")
         return cls(**data)
 
     @classmethod
@@ -153,10 +159,10 @@ def _field_names(cls) -> set[str]:
 
 
 def _check_int(name: str, value: Any, low: int | None, none: str = "") -> None:
-    """Raise :class:`ValueError` unless ``value`` is an int (not a bool) of at least ``low``."""
+    """Raise :class:`TrainConfigError` unless ``value`` is an int (not a bool) of at least ``low``."""
     if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
         bound = "an integer" if low is None else f"an integer >= {low}"
-        raise ValueError(f"{name} must be {bound}{f' ({none})' if none else ''}, got {value!r:.80}")
+        raise TrainConfigError(f"{name} must be {bound}{f' ({none})' if none else ''}, got {value!r:.80}")
 
 
 def _check_finite_options(**options) -> None:
