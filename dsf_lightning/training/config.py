@@ -166,14 +166,14 @@ def _check_int(name: str, value: Any, low: int | None, none: str = "") -> None:
 
 
 def _check_finite_options(**options) -> None:
-    """Raise :class:`ModelConfigError` for an option that is not a finite number (a YAML ``.inf`` / ``.nan``
+    """Raise :class:`TrainConfigError` for an option that is not a finite number (a YAML ``.inf`` / ``.nan``
     would train every weight into NaN) or below its minimum (0, unless given as ``(value, None)``)."""
     for name, value in options.items():
         value, low = value if isinstance(value, tuple) else (value, 0.0)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         if not ok or (low is not None and value < low):
             bound = "" if low is None else f" >= {low:g}"
-            raise ModelConfigError(f"{name} must be a finite number{bound}, got {value!r}")
+            raise TrainConfigError(f"{name} must be a finite number{bound}, got {value!r}")
 
 
 # ----------------------------------------------------------------------------------------------- older checkpoints

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from dsf_lightning.data.vocab import Vocabulary
-from dsf_lightning.model import LMConfig, ModelConfigError
+from dsf_lightning.model import LMConfig
 from dsf_lightning.training import LanguageModelModule
 from dsf_lightning.training.config import (
     CONFIG_KEY,
     FORMAT,
     TrainConfig,
+    TrainConfigError,
     checkpoint_configs,
     migrate_hparams,
 )
@@ -110,7 +111,7 @@ def test_a_newer_format_or_a_bad_option_is_one_clear_error(tmp_path):
         pretrained_from_checkpoint(path, "ptb")
     with pytest.raises(ValueError, match=r"unknown training config field\(s\) \['lr_rate'\]"):
         TrainConfig.from_dict({"lr_rate": 0.1})
-    with pytest.raises(ModelConfigError, match="lr must be a finite number >= 0, got nan"):
+    with pytest.raises(TrainConfigError, match="lr must be a finite number >= 0, got nan"):
         TrainConfig(lr=float("nan"))
     with pytest.raises(ValueError, match="lr_decay_after_epoch and lr_halving_patience are two schedules"):
         TrainConfig(lr_decay_after_epoch=1, lr_halving_patience=1)
