@@ -376,3 +376,29 @@ def test_a_finished_row_written_before_wall_scope_shows_at_least_its_sittings_tr
     assert done_wall_seconds({**legacy, "train_seconds": 5000.0}) == pytest.approx(8668.7)
     assert done_wall_seconds({**legacy, "wall_scope": WALL_OVER_SITTINGS}) == pytest.approx(8668.7)
     assert done_wall_seconds({"status": "done"}) is None
+
+
+@needs_ptb
+def test_one_job_rows_copy_each_epoch_into_the_state_while_they_train(tmp_path, monkeypatch):
+    """``--jobs 1`` (the row trains in this process): the state file gets the row's epochs as they finish, as
+    with ``--jobs 2``, not only at its start and end, so a row whose folder is lost later keeps them."""
+    from dsf_lightning.reproduce.state import TableState
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(parallel, "POLL_SECONDS", 0.05)
+    state_path = tmp_path / "out" / "dsf-table1-word.state.json"
+    seen = []  # (status, epochs recorded) of the row at each save while it trained
+    save = TableState.save
+
+    def spy(self):
+        save(self)
+        entry = json.loads(state_path.read_text())["rows"].get("elman", {})
+        seen.append((entry.get("status"), len(entry.get("progress", {}).get("epochs", []))))
+
+    monkeypatch.setattr(TableState, "save", spy)
+    messages = []
+    summary = run_table("dsf-table1-word", rows=["elman"], jobs=1, scale="tiny", data_root=DATA_ROOT,
+                        out=tmp_path / "out", overrides=["--trainer.max_epochs=3"], log=messages.append)
+    assert summary["ran"] == ["elman"]
+    assert any(status == "running" and epochs >= 1 for status, epochs in seen), seen
+    assert any("elman: epoch 1 valid PPL" in message for message in messages), messages

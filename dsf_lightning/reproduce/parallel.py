@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from .child import STOPPED, child_command, read_child_result, sigterm_raises, stop_children
@@ -74,6 +76,32 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
             for key in running:
                 log(f"{key}: {STOPPED}")
             raise
+
+
+@contextmanager
+def epochs_watched(key: str, spec: dict, *, log: Callable[[str], None], on_epoch: Callable[[], None],
+                   poll_s: float | None = None) -> Iterator[None]:
+    """Within the block (one row training in this process or its one child, ``--jobs 1``), a thread reports each
+    epoch the row's ``progress.json`` gains and calls ``on_epoch()``, as :func:`run_rows_in_parallel` does for
+    its rows: the state keeps a row's epochs even when its folder is lost later. Stopped on leaving the block."""
+    job = {"fit": (None, None, spec, None), "epochs": len(read_progress(Path(spec["workdir"]))["epochs"])}
+    done = threading.Event()
+
+    def look() -> None:
+        if _report_epochs(key, job, log):
+            on_epoch()
+
+    def watch() -> None:
+        while not done.wait(POLL_SECONDS if poll_s is None else poll_s):
+            look()
+
+    watcher = threading.Thread(target=watch, name=f"epochs of {key}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _wait(seconds: float) -> None:

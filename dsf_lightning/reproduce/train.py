@@ -16,7 +16,7 @@ from typing import Any
 
 from .child import child_command, run_child, run_to_end
 from .liveness import this_process
-from .parallel import run_rows_in_parallel
+from .parallel import epochs_watched, run_rows_in_parallel
 from .ranks import share_decision
 from .report import STATUS_DONE
 from .state import TableState
@@ -80,7 +80,8 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
             starting(row, entry, spec)
             started = time.perf_counter()
             try:
-                result, err = (run_child(*children[row.key], log=row_log(row.key)) if isolate else fit_here(spec)), None
+                with epochs_watched(row.key, spec, log=lambda msg: record.log(f"[{record.table.id}] {msg}"), on_epoch=record.save):
+                    result, err = (run_child(*children[row.key], log=row_log(row.key)) if isolate else fit_here(spec)), None
             except Exception as caught:  # noqa: BLE001 - recorded by `trained`
                 result, err = None, caught
             trained(row, entry, spec, run_fp, result, err, started)
