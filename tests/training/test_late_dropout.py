@@ -71,9 +71,10 @@ def test_a_model_without_dropout_is_warned_about(toy_corpus):
         _fit(toy_corpus, [LateDropout()], epochs=1)
 
 
-@pytest.mark.parametrize("name", ["delta_rnn_budget.yaml", "delta_rnn_budget_sgd.yaml", "lstm_80min.yaml", "lstm_budget.yaml"])
+@pytest.mark.parametrize("name", ["delta_rnn_budget.yaml", "delta_rnn_budget_sgd.yaml", "delta_rnn_budget_tied.yaml", "lstm_80min.yaml",
+                                  "lstm_budget.yaml"])
 def test_the_budget_recipes_schedule_their_dropout_and_match_the_peers_parameter_count(name):
-    """recipes/ptb/{delta_rnn_budget{,_sgd},lstm_80min,lstm_budget}.yaml: LateDropout (a class the recipe guard allows) and, with
+    """recipes/ptb/{delta_rnn_budget{,_sgd,_tied},lstm_80min,lstm_budget}.yaml: LateDropout (a class the recipe guard allows) and, with
     PTB's 10k words, pytorch/examples' LSTM's 5,656,336 parameters +-1% (the time-to-quality benchmark's rule)."""
     from pathlib import Path
 
