@@ -59,7 +59,9 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
                                             log_path=log_path, started=time.perf_counter(), epochs=known)
                 _wait(poll_s)
                 for key, job in list(running.items()):
-                    if _report_epochs(key, job, log) and on_epoch is not None:
+                    known = job["epochs"]
+                    job["epochs"] = _report_epochs(key, Path(job["fit"][2]["workdir"]), known, log)
+                    if job["epochs"] > known and on_epoch is not None:
                         on_epoch()
                     code = job["child"].poll()
                     if code is None:
@@ -79,21 +81,19 @@ def run_rows_in_parallel(fits: Sequence[tuple], jobs: int, *, on_start: Callable
 
 
 @contextmanager
-def epochs_watched(key: str, spec: dict, *, log: Callable[[str], None], on_epoch: Callable[[], None],
-                   poll_s: float | None = None) -> Iterator[None]:
+def epochs_watched(key: str, workdir: str | Path, *, log: Callable[[str], None], on_epoch: Callable[[], None]) -> Iterator[None]:
     """Within the block (one row training in this process or its one child, ``--jobs 1``), a thread reports each
     epoch the row's ``progress.json`` gains and calls ``on_epoch()``, as :func:`run_rows_in_parallel` does for
     its rows: the state keeps a row's epochs even when its folder is lost later. Stopped on leaving the block."""
-    job = {"fit": (None, None, spec, None), "epochs": len(read_progress(Path(spec["workdir"]))["epochs"])}
-    done = threading.Event()
-
-    def look() -> None:
-        if _report_epochs(key, job, log):
-            on_epoch()
+    workdir, done = Path(workdir), threading.Event()
+    known = len(read_progress(workdir)["epochs"])  # earlier sittings' epochs are not news
 
     def watch() -> None:
-        while not done.wait(POLL_SECONDS if poll_s is None else poll_s):
-            look()
+        nonlocal known
+        while not done.wait(POLL_SECONDS):
+            before, known = known, _report_epochs(key, workdir, known, log)
+            if known > before:
+                on_epoch()
 
     watcher = threading.Thread(target=watch, name=f"epochs of {key}", daemon=True)
     watcher.start()
@@ -109,13 +109,11 @@ def _wait(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def _report_epochs(key: str, job: dict, log: Callable[[str], None]) -> bool:
-    """Log the epochs the row's ``progress.json`` gained since the last look; True when there were any."""
-    epochs = read_progress(Path(job["fit"][2]["workdir"])).get("epochs", [])
-    news = len(epochs) > job["epochs"]
-    for record in epochs[job["epochs"]:]:
+def _report_epochs(key: str, workdir: Path, known: int, log: Callable[[str], None]) -> int:
+    """Log the epochs the row's ``progress.json`` gained past the ``known`` first ones; return how many it holds."""
+    epochs = read_progress(workdir).get("epochs", [])
+    for record in epochs[known:]:
         ppl = record.get("val_ppl")
         shown = f"valid PPL {ppl:,.2f}" if isinstance(ppl, (int, float)) else "validated"
         log(f"{key}: epoch {record['epoch'] + 1} {shown} ({record.get('cpu_seconds', 0) / 60:.1f} CPU min so far)")
-    job["epochs"] = len(epochs)
-    return news
+    return len(epochs)

@@ -61,8 +61,11 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
         record.trained(row, entry, run_fp, result, err, started)
         on_trained(run_fp)
 
+    def table_log(message: str) -> None:
+        record.log(f"[{record.table.id}] {message}")
+
     def row_log(key: str) -> Callable[[str], None]:
-        return lambda message: record.log(f"[{record.table.id}] {key}: {message}")
+        return lambda message: table_log(f"{key}: {message}")
 
     record.queue(fits, runner)
     children: dict[str, tuple[list[str], Path]] = {}
@@ -74,13 +77,13 @@ def train_rows(fits: Sequence[tuple], record: TableState, *, jobs: int, isolate:
     try:
         if jobs > 1:
             run_rows_in_parallel(fits, jobs, on_start=starting, on_done=trained, on_epoch=record.save,
-                                 child_entry=child_entry, log=lambda msg: record.log(f"[{record.table.id}] {msg}"))
+                                 child_entry=child_entry, log=table_log)
             return
         for row, entry, spec, run_fp in fits:
             starting(row, entry, spec)
             started = time.perf_counter()
             try:
-                with epochs_watched(row.key, spec, log=lambda msg: record.log(f"[{record.table.id}] {msg}"), on_epoch=record.save):
+                with epochs_watched(row.key, spec["workdir"], log=table_log, on_epoch=record.save):
                     result, err = (run_child(*children[row.key], log=row_log(row.key)) if isolate else fit_here(spec)), None
             except Exception as caught:  # noqa: BLE001 - recorded by `trained`
                 result, err = None, caught
