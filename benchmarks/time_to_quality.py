@@ -324,6 +324,7 @@ def report(out: Path, budgets: tuple[float, ...], command: str, record: dict | N
     """Both contenders' curves and budget tables -> ``time_to_quality.{json,md,png}``; ``record``: the
     :func:`~dsf_lightning._machine.machine_record` taken before the contenders started (default: one taken
     now), finished here with the load at the end."""
+    from dsf_lightning._fs import write_atomic
     from dsf_lightning._machine import finish_record, machine_markdown, machine_record
 
     record = finish_record(machine_record(own_processes=2) if record is None else record)
@@ -351,14 +352,27 @@ def report(out: Path, budgets: tuple[float, ...], command: str, record: dict | N
     trained = {name: [f"{r['tokens'] / 1e6:.2f}M" for r in runs[name]["at_budget"]] for name in ("peer", "ours")}
     lines += ["", f"Tokens trained by {', '.join(f'{m:g}' for m in budgets)} CPU minutes: peer {', '.join(trained['peer'])}; "
               f"ours {', '.join(trained['ours'])}."]
+    speed = {name: tokens_per_cpu_second(runs[name]) for name in ("peer", "ours")}
+    if speed["peer"]:
+        lines += ["", f"How fast the machine ran: the peer, the same unmodified work in every report, trained "
+                      f"{speed['peer']:,.0f} tokens per training CPU second (ours {speed['ours'] or 0:,.0f}). One machine can run it slower "
+                      "on one day than on another: compare this number before comparing reports made on different days."]
     plot = _plot(runs, out / "time_to_quality.png")
     if plot:
         lines += ["", f"![validation perplexity against CPU minutes]({plot.name})"]
-    md = out / "time_to_quality.md"
-    md.write_text("\n".join(lines) + "\n")
-    (out / "time_to_quality.json").write_text(json.dumps({"command": command, "machine": record, "runs": runs, "info": info},
-                                                                  indent=1))
+    md = write_atomic(out / "time_to_quality.md", "\n".join(lines) + "\n")
+    write_atomic(out / "time_to_quality.json", json.dumps({"command": command, "machine": record, "runs": runs, "info": info,
+                                                           "tokens_per_cpu_second": speed}, indent=1))
     return md
+
+
+def tokens_per_cpu_second(run: dict) -> float | None:
+    """A contender's training speed over its whole run: tokens / training CPU seconds at its last budget mark
+    (the peer's is the gauge of how fast the machine ran that day); ``None`` before the first mark."""
+    if not run["at_budget"]:
+        return None
+    last = run["at_budget"][-1]
+    return last["tokens"] / last["cpu_seconds"] if last["cpu_seconds"] > 0 else None
 
 
 def _plot(runs: dict, path: Path) -> Path | None:
@@ -378,9 +392,12 @@ def _plot(runs: dict, path: Path) -> Path | None:
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    from dsf_lightning._fs import write_atomic
+
+    try:
+        return write_atomic(path, lambda f: fig.savefig(f, format="png"))
+    finally:
+        plt.close(fig)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -54,16 +54,19 @@ def test_the_report_records_the_machine_and_its_load(tmp_path):
 
     from .test_machine import assert_records_the_machine
 
-    for name, ppl in (("peer", 120.0), ("ours", 110.0)):
-        at = {"minutes": 0.1, "cpu_seconds": 6.0, "best_val_ppl": ppl, "test_ppl": ppl - 3, "tokens": 1000}
+    for name, ppl, tokens in (("peer", 120.0, 1000), ("ours", 110.0, 2400)):
+        at = {"minutes": 0.1, "cpu_seconds": 6.0, "best_val_ppl": ppl, "test_ppl": ppl - 3, "tokens": tokens}
         (tmp_path / f"{name}.json").write_text(json.dumps({"name": name, "at_budget": [at], "curve": [
-            {"cpu_seconds": 6.0, "tokens": 1000, "val_loss": math.log(ppl), "val_ppl": ppl}]}))
+            {"cpu_seconds": 6.0, "tokens": tokens, "val_loss": math.log(ppl), "val_ppl": ppl}]}))
         (tmp_path / f"{name}.info.json").write_text(json.dumps({"parameters": 1000, "recipe": "r.yaml"}))
     started = machine_record(own_processes=2)
     md = time_to_quality.report(tmp_path, (0.1,), "OMP_NUM_THREADS=1 python -m benchmarks.time_to_quality", started)
     saved = json.loads((tmp_path / "time_to_quality.json").read_text())
     assert saved["machine"]["started"] == started["started"] and saved["machine"]["own_processes"] == 2
     assert_records_the_machine(md.read_text(), saved["machine"])
+    # how fast the machine ran that day: the peer's tokens per training CPU second (1000 / 6 s), ours beside it
+    assert saved["tokens_per_cpu_second"] == {"peer": pytest.approx(1000 / 6), "ours": pytest.approx(400)}
+    assert "trained 167 tokens per training CPU second (ours 400)" in md.read_text()
 
 
 @pytest.mark.corpus
