@@ -16,6 +16,8 @@ from dsf_lightning.reproduce import runner
 from dsf_lightning.reproduce.tables import TABLES, default_recipes_dir, get_table, list_recipes
 from dsf_lightning.training import LanguageModelModule
 
+from .test_time_to_quality import time_to_quality_recipes
+
 #: the runner sits below the CLI: tests hand it the CLI's row builder and child entry, as `dsf reproduce` does
 run_table = functools.partial(runner.run_table, build_cli=lightning_cli, child_entry=CHILD_ENTRY)
 
@@ -45,9 +47,8 @@ def test_every_row_names_an_existing_recipe_and_every_recipe_is_in_a_table():
                 assert table.row(row.parent).recipe, (table.id, row.key)
     bundled_model_recipes = {"ptb/delta_rnn_small.yaml", "ptb/delta_rnn_medium.yaml", "ptb/delta_rnn_hub.yaml",
                              "ptb/lstm_hub.yaml", "ptb_char/delta_rnn_hub.yaml"}
-    # benchmarks/time_to_quality.py
-    benchmark_recipes = {"ptb/delta_rnn_budget.yaml", "ptb/delta_rnn_budget_sgd.yaml", "ptb/delta_rnn_budget_tied.yaml",
-                         "ptb/lstm_80min.yaml", "ptb/lstm_budget.yaml"}
+    benchmark_recipes = set(time_to_quality_recipes())  # benchmarks/time_to_quality.py's, by their Bench line
+    assert len(benchmark_recipes) >= 5
     unused = {str(p) for p in list_recipes(recipes)} - used - bundled_model_recipes - benchmark_recipes
     assert not unused, f"recipes no table runs: {sorted(unused)}"
 

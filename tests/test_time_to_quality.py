@@ -16,6 +16,20 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = os.environ.get("DSF_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
 
 
+def time_to_quality_recipes() -> list[str]:
+    """The recipes made for this benchmark, relative to ``recipes/``: those whose header has a
+    ``# Bench: python -m benchmarks --only time-to-quality ... --ours recipes/<itself>`` line (the one list
+    the tests that check them read)."""
+    found = []
+    for path in sorted((ROOT / "recipes").rglob("*.yaml")):
+        bench = [line for line in path.read_text().splitlines()[:20] if line.startswith("# Bench:") and "time-to-quality" in line]
+        if bench:
+            relative = path.relative_to(ROOT / "recipes").as_posix()
+            assert f"--ours recipes/{relative}" in bench[0], f"{relative}: its Bench line runs another recipe"
+            found.append(relative)
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.skipif(not (Path(DATA_ROOT) / "ptb" / "ptb.train.txt").is_file(), reason="PTB not under the data root")

@@ -6,6 +6,7 @@ import torch
 
 from dsf_lightning.training.callbacks import LateDropout
 
+from ..test_time_to_quality import time_to_quality_recipes
 from .conftest import quiet_trainer, toy_modules
 
 DROPPING = dict(dropout_input=0.5, dropout_output=0.4, cell_options={"dropout": 0.3})
@@ -71,11 +72,11 @@ def test_a_model_without_dropout_is_warned_about(toy_corpus):
         _fit(toy_corpus, [LateDropout()], epochs=1)
 
 
-@pytest.mark.parametrize("name", ["delta_rnn_budget.yaml", "delta_rnn_budget_sgd.yaml", "delta_rnn_budget_tied.yaml", "lstm_80min.yaml",
-                                  "lstm_budget.yaml"])
+@pytest.mark.parametrize("name", time_to_quality_recipes())
 def test_the_budget_recipes_schedule_their_dropout_and_match_the_peers_parameter_count(name):
-    """recipes/ptb/{delta_rnn_budget{,_sgd,_tied},lstm_80min,lstm_budget}.yaml: LateDropout (a class the recipe guard allows) and, with
-    PTB's 10k words, pytorch/examples' LSTM's 5,656,336 parameters +-1% (the time-to-quality benchmark's rule)."""
+    """The time-to-quality recipes (recipes/ptb/{delta_rnn_budget{,_sgd,_tied},lstm_80min,lstm_budget}.yaml, each with
+    a Bench line): LateDropout (a class the recipe guard allows) and, with PTB's 10k words, pytorch/examples' LSTM's
+    5,656,336 parameters +-1% (the time-to-quality benchmark's rule)."""
     from pathlib import Path
 
     import yaml
@@ -83,7 +84,7 @@ def test_the_budget_recipes_schedule_their_dropout_and_match_the_peers_parameter
     from dsf_lightning.training import LanguageModelModule
     from dsf_lightning.training.recipe_guard import ALLOWED_CLASSES
 
-    recipe = yaml.safe_load((Path(__file__).parents[2] / "recipes" / "ptb" / name).read_text())
+    recipe = yaml.safe_load((Path(__file__).parents[2] / "recipes" / name).read_text())
     late = [c for c in recipe["trainer"]["callbacks"] if c["class_path"].endswith("LateDropout")]
     assert len(late) == 1 and late[0]["class_path"] in ALLOWED_CLASSES
     assert LateDropout(**late[0]["init_args"]).factor_at(0.99) == 0.0
