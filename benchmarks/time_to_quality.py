@@ -124,8 +124,17 @@ class Tracker:
     def after_step(self, tokens: int, module, make_step: Callable[[int], Callable]) -> None:
         """Call after every optimizer step: measure when the clock has passed a mark."""
         self.tokens += tokens
-        if not self.due():
-            return
+        if self.due():
+            self._measure(module, make_step)
+
+    def finish(self, module, make_step: Callable[[int], Callable]) -> None:
+        """Call when training ends: if a rule of the contender's own stopped it before the last mark (a recipe's
+        EarlyStopping), measure it once more and give every mark it did not reach its best so far, flagged
+        ``stopped_at_cpu_seconds``: a user's run ends there too, and the CPU it did not spend was its choice."""
+        if not self.done:
+            self._measure(module, make_step, stopped=True)
+
+    def _measure(self, module, make_step: Callable[[int], Callable], stopped: bool = False) -> None:
         spent = self.clock.now()
         started = time.process_time()
         training = module.training
@@ -135,16 +144,17 @@ class Tracker:
         self.curve.append(record)
         if self.best is None or val < self.best[0]:
             self.best = (val, copy.deepcopy(module.state_dict()))
-        while self._marks and spent >= self._marks[0]:
+        while self._marks and (stopped or spent >= self._marks[0]):
             mark = self._marks.pop(0)
             current = copy.deepcopy(module.state_dict())
             module.load_state_dict(self.best[1])
             test = evaluate(make_step(self.test.size(1)), self.test, self.bptt)
             module.load_state_dict(current)
+            early = {"stopped_at_cpu_seconds": spent} if spent < mark else {}
             self.at_budget.append({"minutes": mark / 60, "cpu_seconds": spent, "best_val_ppl": math.exp(self.best[0]),
-                                   "test_ppl": math.exp(test), "tokens": self.tokens})
+                                   "test_ppl": math.exp(test), "tokens": self.tokens, **early})
             print(f"[{self.name}] {mark / 60:g} CPU min: best valid PPL {math.exp(self.best[0]):.2f}, "
-                  f"its test PPL {math.exp(test):.2f}", flush=True)
+                  f"its test PPL {math.exp(test):.2f}" + (f" (stopped at {spent / 60:.1f})" if early else ""), flush=True)
         print(f"[{self.name}] {spent / 60:.1f} CPU min, {self.tokens:,} tokens: valid PPL {record['val_ppl']:.2f}",
               flush=True)
         module.train(training)
@@ -263,6 +273,13 @@ def measure_callback(tracker: Tracker, module):
             if tracker.done:
                 trainer.should_stop = True
 
+        def on_train_end(self, trainer, pl_module) -> None:  # stopped by the recipe's own rule before the last mark
+            if self.averaging:
+                with self.averaging[0].averaged(pl_module):
+                    tracker.finish(pl_module.model, make_step)
+            else:
+                tracker.finish(pl_module.model, make_step)
+
     return Measure()
 
 
@@ -352,6 +369,13 @@ def report(out: Path, budgets: tuple[float, ...], command: str, record: dict | N
     trained = {name: [f"{r['tokens'] / 1e6:.2f}M" for r in runs[name]["at_budget"]] for name in ("peer", "ours")}
     lines += ["", f"Tokens trained by {', '.join(f'{m:g}' for m in budgets)} CPU minutes: peer {', '.join(trained['peer'])}; "
               f"ours {', '.join(trained['ours'])}."]
+    for name in ("peer", "ours"):
+        stopped = [r for r in runs[name]["at_budget"] if "stopped_at_cpu_seconds" in r]
+        if stopped:
+            marks = ", ".join(f"{r['minutes']:g}" for r in stopped)
+            lines += ["", f"{name} stopped by its own rule (the recipe's EarlyStopping) at "
+                          f"{stopped[0]['stopped_at_cpu_seconds'] / 60:.1f} CPU minutes: its rows at {marks} carry its "
+                          "best by then."]
     speed = {name: tokens_per_cpu_second(runs[name]) for name in ("peer", "ours")}
     if speed["peer"]:
         lines += ["", f"How fast the machine ran: the peer, the same unmodified work in every report, trained "

@@ -94,3 +94,67 @@ def test_a_contender_that_fails_makes_the_benchmark_exit_non_zero(tmp_path):
                            "200", "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1 and "a contender failed" in done.stderr
     assert not (tmp_path / "time_to_quality.md").exists()
+
+
+@pytest.mark.parametrize("averaged", [False, True])
+def test_a_contender_its_own_rule_stops_early_still_gets_every_mark(tmp_path, averaged):
+    """The tied Delta-RNN's 80-minute run (2026-11-30) stopped at 70 CPU minutes by its recipe's EarlyStopping and
+    its report had no 80-minute row. Now training's end measures once more (on the averaged weights when the
+    recipe averages) and gives every mark not reached the best so far, flagged, and the report says so."""
+    import torch
+
+    from benchmarks import time_to_quality as ttq
+    from dsf_lightning.training.callbacks import PolyakAveraging
+
+    from .training.conftest import make_toy_corpus, quiet_trainer, toy_modules
+
+    corpus = make_toy_corpus()
+    module, data = toy_modules(corpus)
+    valid, test = ttq.batchify(corpus.splits["valid"], 2), ttq.batchify(corpus.splits["test"], 2)
+    tracker = ttq.Tracker("ours", tmp_path, (1000.0, 2000.0), eval_every=1e9, valid=valid, test=test, bptt=7)
+    callbacks = [ttq.measure_callback(tracker, module)]
+    if averaged:
+        callbacks.insert(0, PolyakAveraging(decay=0.5))
+    quiet_trainer(max_epochs=1, callbacks=callbacks).fit(module, data)  # stops long before the marks
+
+    assert [r["minutes"] for r in tracker.at_budget] == [1000.0, 2000.0]
+    assert len(tracker.curve) == 1 and tracker.curve[0]["tokens"] == tracker.tokens > 0
+    final = tracker.curve[0]
+    for row in tracker.at_budget:
+        assert row["stopped_at_cpu_seconds"] == final["cpu_seconds"] == row["cpu_seconds"]
+        assert row["best_val_ppl"] == pytest.approx(final["val_ppl"]) and math.isfinite(row["test_ppl"])
+
+    def val_ppl(state):  # the benchmark's evaluation of given weights
+        current = {k: v.clone() for k, v in module.model.state_dict().items()}
+        module.model.load_state_dict(state)
+        module.eval()
+        with torch.no_grad():
+            ppl = math.exp(ttq.evaluate(_step(module), valid, 7))
+        module.model.load_state_dict(current)
+        return ppl
+
+    raw = val_ppl(module.model.state_dict())
+    if averaged:
+        mean = {k.removeprefix("model."): v for k, v in callbacks[0].averaged_state_dict(module).items()
+                if k.startswith("model.")}
+        assert final["val_ppl"] == pytest.approx(val_ppl({**module.model.state_dict(), **mean}), rel=1e-5)
+        assert final["val_ppl"] != pytest.approx(raw, rel=1e-4)
+    else:
+        assert final["val_ppl"] == pytest.approx(raw, rel=1e-5)
+
+    for name in ("peer", "ours"):  # the report: ours' rows carry the flag and a line says where it stopped
+        tracker.name = name
+        tracker.save()
+        (tmp_path / f"{name}.info.json").write_text(json.dumps({"parameters": 1000, "recipe": "r.yaml"}))
+    md = ttq.report(tmp_path, (1000.0, 2000.0), "python -m benchmarks.time_to_quality").read_text()
+    assert f"ours stopped by its own rule (the recipe's EarlyStopping) at {final['cpu_seconds'] / 60:.1f} CPU minutes: " \
+           "its rows at 1000, 2000 carry its best by then." in md
+
+
+def _step(module):
+    state = [None]
+
+    def step(x):  # [T, B] -> ours [B, T] and back, as the benchmark's measure callback does
+        logits, state[0] = module.model(x.t().contiguous(), state[0])
+        return logits.transpose(0, 1)
+    return step
