@@ -131,7 +131,15 @@ class Tracker:
         """Call when training ends: if a rule of the contender's own stopped it before the last mark (a recipe's
         EarlyStopping), measure it once more and give every mark it did not reach its best so far, flagged
         ``stopped_at_cpu_seconds``: a user's run ends there too, and the CPU it did not spend was its choice."""
-        if not self.done:
+        if self.done:
+            return
+        if self.curve and self.curve[-1]["tokens"] == self.tokens:  # measured after its last step already
+            training = module.training
+            module.eval()
+            self._pass_marks(self.curve[-1]["cpu_seconds"], module, make_step, stopped=True)
+            module.train(training)
+            self.save()
+        else:
             self._measure(module, make_step, stopped=True)
 
     def _measure(self, module, make_step: Callable[[int], Callable], stopped: bool = False) -> None:
@@ -144,6 +152,16 @@ class Tracker:
         self.curve.append(record)
         if self.best is None or val < self.best[0]:
             self.best = (val, copy.deepcopy(module.state_dict()))
+        self._pass_marks(spent, module, make_step, stopped)
+        print(f"[{self.name}] {spent / 60:.1f} CPU min, {self.tokens:,} tokens: valid PPL {record['val_ppl']:.2f}",
+              flush=True)
+        module.train(training)
+        self._next_eval = spent + self.eval_every
+        self.clock.excluded += time.process_time() - started
+        self.save()
+
+    def _pass_marks(self, spent: float, module, make_step: Callable[[int], Callable], stopped: bool) -> None:
+        """Test the best weights so far at every mark ``spent`` has passed (every mark left, when ``stopped``)."""
         while self._marks and (stopped or spent >= self._marks[0]):
             mark = self._marks.pop(0)
             current = copy.deepcopy(module.state_dict())
@@ -155,12 +173,6 @@ class Tracker:
                                    "test_ppl": math.exp(test), "tokens": self.tokens, **early})
             print(f"[{self.name}] {mark / 60:g} CPU min: best valid PPL {math.exp(self.best[0]):.2f}, "
                   f"its test PPL {math.exp(test):.2f}" + (f" (stopped at {spent / 60:.1f})" if early else ""), flush=True)
-        print(f"[{self.name}] {spent / 60:.1f} CPU min, {self.tokens:,} tokens: valid PPL {record['val_ppl']:.2f}",
-              flush=True)
-        module.train(training)
-        self._next_eval = spent + self.eval_every
-        self.clock.excluded += time.process_time() - started
-        self.save()
 
     def save(self) -> None:
         from dsf_lightning._fs import write_atomic

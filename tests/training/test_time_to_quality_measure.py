@@ -32,7 +32,8 @@ def test_the_last_measurement_is_of_the_weights_the_recipe_delivers(toy_corpus, 
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=12, limit_val_batches=0,
                             callbacks=[*callbacks, measure_callback(tracker, module)])
     trainer.fit(module, data)
-    assert len(tracker.curve) == 12
+    assert len(tracker.curve) == 12  # measured after its last step: training's end adds no second measurement
+    assert [r["stopped_at_cpu_seconds"] for r in tracker.at_budget] == [tracker.curve[-1]["cpu_seconds"]]
     module.eval()
     training = evaluate(_lm_step(module), valid, 35)
     with polyak.averaged(module):
