@@ -580,16 +580,17 @@ def _srnn_imdb() -> Table:
                   SRNN_IMDB_CLOSEST))
 
 
-#: which of issue 34's Figure 9 readings comes closest (2026-11-30; six tbptt rows not yet run)
+#: which of issue 34's Figure 9 readings comes closest (2026-11-30; the four tbptt rows at 200 words not yet run)
 SRNN_IMDB_CLOSEST = (
     "Which reading comes closest: by the mean distance to Figure 9's eight numbers, `trunc10-pre` (0.026: every model "
     "at 0.275-0.284 at both lengths), then `upto` (0.040); for the sr-LSTM-p alone k = 5 (0.267 / 0.267 against "
     "0.260 / 0.262) and k = 2 (0.251 / 0.250). None gives the paper's order: the sr-LSTM-p is never the best model "
     "here (the LSTM-p is, ahead of it by 0.9 points in `pre` and 1.7 in `upto`), and no model is worse at 200 words "
-    "than at 100 by more than 1.4 points (the paper: 2-4 points for all but the sr-LSTM-p). The two `tbptt10` rows "
-    "measured, the LSTM and the LSTM-p over the first 100 words, are the farthest (0.397 against 0.300, 0.394 against "
-    "0.280: only the last window of 10 words gets the review's label gradient); the other six are queued (about "
-    "25 CPU minutes each for an LSTM at 100 words, more at 200 and for the sr-LSTMs)."
+    "than at 100 by more than 1.4 points (the paper: 2-4 points for all but the sr-LSTM-p). The four `tbptt10` rows "
+    "measured, over the first 100 words, are the farthest (LSTM 0.397, sr-LSTM 0.392, LSTM-p 0.394, sr-LSTM-p 0.399 "
+    "against 0.300, 0.288, 0.280, 0.260: only the last window of 10 words gets the review's label gradient, and the "
+    "sr-LSTM-p is the worst of the four there); the four at 200 words are queued (16-25 CPU minutes each at 100 "
+    "words, more at 200)."
 )
 
 
