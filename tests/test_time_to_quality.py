@@ -107,6 +107,7 @@ def test_a_contender_its_own_rule_stops_early_still_gets_every_mark(tmp_path, av
     from dsf_lightning.training.callbacks import PolyakAveraging
 
     from .training.conftest import make_toy_corpus, quiet_trainer, toy_modules
+    from .training.test_time_to_quality_measure import _lm_step
 
     corpus = make_toy_corpus()
     module, data = toy_modules(corpus)
@@ -124,23 +125,15 @@ def test_a_contender_its_own_rule_stops_early_still_gets_every_mark(tmp_path, av
         assert row["stopped_at_cpu_seconds"] == final["cpu_seconds"] == row["cpu_seconds"]
         assert row["best_val_ppl"] == pytest.approx(final["val_ppl"]) and math.isfinite(row["test_ppl"])
 
-    def val_ppl(state):  # the benchmark's evaluation of given weights
-        current = {k: v.clone() for k, v in module.model.state_dict().items()}
-        module.model.load_state_dict(state)
-        module.eval()
-        with torch.no_grad():
-            ppl = math.exp(ttq.evaluate(_step(module), valid, 7))
-        module.model.load_state_dict(current)
-        return ppl
-
-    raw = val_ppl(module.model.state_dict())
-    if averaged:
-        mean = {k.removeprefix("model."): v for k, v in callbacks[0].averaged_state_dict(module).items()
-                if k.startswith("model.")}
-        assert final["val_ppl"] == pytest.approx(val_ppl({**module.model.state_dict(), **mean}), rel=1e-5)
-        assert final["val_ppl"] != pytest.approx(raw, rel=1e-4)
-    else:
-        assert final["val_ppl"] == pytest.approx(raw, rel=1e-5)
+    module.eval()  # the benchmark's evaluation of the weights the run delivers: the average when it averages
+    with torch.no_grad():
+        raw = math.exp(ttq.evaluate(_lm_step(module), valid, 7))
+        if averaged:
+            with callbacks[0].averaged(module):
+                average = math.exp(ttq.evaluate(_lm_step(module), valid, 7))
+            assert final["val_ppl"] == pytest.approx(average, rel=1e-5) and final["val_ppl"] != pytest.approx(raw, rel=1e-4)
+        else:
+            assert final["val_ppl"] == pytest.approx(raw, rel=1e-5)
 
     for name in ("peer", "ours"):  # the report: ours' rows carry the flag and a line says where it stopped
         tracker.name = name
@@ -150,11 +143,3 @@ def test_a_contender_its_own_rule_stops_early_still_gets_every_mark(tmp_path, av
     assert f"ours stopped by its own rule (the recipe's EarlyStopping) at {final['cpu_seconds'] / 60:.1f} CPU minutes: " \
            "its rows at 1000, 2000 carry its best by then." in md
 
-
-def _step(module):
-    state = [None]
-
-    def step(x):  # [T, B] -> ours [B, T] and back, as the benchmark's measure callback does
-        logits, state[0] = module.model(x.t().contiguous(), state[0])
-        return logits.transpose(0, 1)
-    return step
