@@ -122,7 +122,11 @@ class PolyakAveraging(L.Callback):
     * ``decay=None``: the arithmetic mean ``(w_{s+1} + ... + w_n) / (n - s)`` with ``s = start_step``,
       kept as the running update ``avg += (w_n - avg) / count``;
     * ``decay`` in (0, 1): the exponential moving average ``avg = decay * avg + (1 - decay) * w_n``,
-      started at ``w_{s+1}``.
+      started at ``w_{s+1}``;
+    * ``decay`` with ``warmup=True``: the k-th iterate in (k = 2, 3, ...) is taken in with the decay
+      ``min(decay, (1 + k) / (10 + k))`` (the warm-up of TensorFlow's ExponentialMovingAverage with
+      ``num_updates``), so early on the average spans about the last k / 9 iterates instead of holding on
+      to the first, untrained ones (from step 0 with decay 0.998 they still weigh 0.2 after 800 steps).
 
     Every floating-point parameter of the LightningModule is averaged (buffers are not: they keep
     their current values). For validation, test and predict the averaged weights are copied into the
@@ -138,13 +142,19 @@ class PolyakAveraging(L.Callback):
     Args:
         start_step: optimizer steps to skip before averaging starts (>= 0).
         decay: None for the arithmetic mean, or the EMA decay in (0, 1).
+        warmup: with ``decay``, lower the decay while the average holds few iterates (above).
     """
 
-    def __init__(self, start_step: int = 0, decay: float | None = None) -> None:
+    def __init__(self, start_step: int = 0, decay: float | None = None, warmup: bool = False) -> None:
         if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
             raise ValueError(f"start_step must be a non-negative integer, got {start_step!r}")
         self.start_step = start_step
         self.decay = _check_decay(decay)
+        if not isinstance(warmup, bool):
+            raise ValueError(f"warmup must be true or false, got {warmup!r}")
+        if warmup and self.decay is None:
+            raise ValueError("warmup=True needs a decay: the arithmetic mean (decay None) has no decay to warm up")
+        self.warmup = warmup
         self._averages: dict[str, Tensor] | None = None
         self.num_averaged = 0  # how many iterates the average holds
         self._last_step: int | None = None
@@ -153,7 +163,14 @@ class PolyakAveraging(L.Callback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(start_step=self.start_step, decay=self.decay)
+        warmup = {"warmup": True} if self.warmup else {}  # without it, the key of checkpoints made before it existed
+        return self._generate_state_key(start_step=self.start_step, decay=self.decay, **warmup)
+
+    def _decay_now(self) -> float:
+        """The decay for the iterate just counted in (``num_averaged`` of them)."""
+        if not self.warmup:
+            return self.decay
+        return min(self.decay, (1.0 + self.num_averaged) / (10.0 + self.num_averaged))
 
     # -- bookkeeping ---------------------------------------------------------------------------
     @staticmethod
@@ -181,6 +198,7 @@ class PolyakAveraging(L.Callback):
             self.num_averaged = 1
             return
         self.num_averaged += 1
+        decay = None if self.decay is None else self._decay_now()
         for n, p in params.items():
             avg = self._averages[n]
             if avg.device != p.device:
@@ -188,7 +206,7 @@ class PolyakAveraging(L.Callback):
             if self.decay is None:
                 avg.add_(p.detach().to(avg.dtype) - avg, alpha=1.0 / self.num_averaged)
             else:
-                avg.lerp_(p.detach().to(avg.dtype), 1.0 - self.decay)
+                avg.lerp_(p.detach().to(avg.dtype), 1.0 - decay)
 
     # -- the averaged weights ------------------------------------------------------------------
     def averaged_state_dict(self, pl_module: nn.Module | None = None) -> dict[str, Tensor]:
@@ -271,17 +289,19 @@ class PolyakAveraging(L.Callback):
         return {
             "start_step": self.start_step,
             "decay": self.decay,
+            "warmup": self.warmup,
             "num_averaged": self.num_averaged,
             "last_step": self._last_step,
             "averages": None if self._averages is None else {n: t.detach().clone() for n, t in self._averages.items()},
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict.get("start_step") != self.start_step or state_dict.get("decay") != self.decay:
+        built = (state_dict.get("start_step"), state_dict.get("decay"), state_dict.get("warmup", False))
+        if built != (self.start_step, self.decay, self.warmup):
             warnings.warn(
-                f"PolyakAveraging: the checkpoint's average was built with start_step="
-                f"{state_dict.get('start_step')}, decay={state_dict.get('decay')}; continuing it with "
-                f"start_step={self.start_step}, decay={self.decay}",
+                f"PolyakAveraging: the checkpoint's average was built with start_step={built[0]}, decay={built[1]}, "
+                f"warmup={built[2]}; continuing it with start_step={self.start_step}, decay={self.decay}, "
+                f"warmup={self.warmup}",
                 stacklevel=2,
             )
         self.num_averaged = int(state_dict["num_averaged"])

@@ -372,6 +372,39 @@ def test_polyak_ema_and_exact_resume(tmp_path):
     assert resumed_trainer.callback_metrics["val_loss"] == whole_trainer.callback_metrics["val_loss"]
 
 
+def test_polyak_ema_warmup_by_hand_and_exact_resume(tmp_path):
+    """warmup=True: the k-th iterate in is taken in with decay min(decay, (1 + k) / (10 + k)); with decay 0.5
+    that is 0.25, 0.31, ... for k = 2..7 and 0.5 from k = 8 on, so both regimes are checked."""
+    def fit(max_epochs, callback, ckpt_path=None):
+        trainer = quiet_trainer(max_epochs=max_epochs, callbacks=[callback, record := RecordWeights()])
+        trainer.fit(Regression(), ckpt_path=ckpt_path)
+        return trainer, record
+
+    whole_cb = PolyakAveraging(start_step=1, decay=0.5, warmup=True)
+    whole_trainer, record = fit(4, whole_cb)
+    ema = None
+    for k, w in enumerate(record.weights[1:], start=1):
+        decay = min(0.5, (1 + k) / (10 + k))
+        ema = dict(w) if ema is None else {n: decay * ema[n] + (1 - decay) * w[n] for n in w}
+    plain = None  # the EMA without warm-up, to show the two differ
+    for w in record.weights[1:]:
+        plain = dict(w) if plain is None else {n: 0.5 * plain[n] + 0.5 * w[n] for n in w}
+    averaged = whole_cb.averaged_state_dict()
+    for n in ema:
+        assert torch.allclose(averaged[n], ema[n], atol=1e-6), n
+    assert not torch.allclose(averaged["net.weight"], plain["net.weight"], atol=1e-4)
+
+    first_trainer, _ = fit(2, PolyakAveraging(start_step=1, decay=0.5, warmup=True))
+    first_trainer.save_checkpoint(tmp_path / "half.ckpt")
+    resumed_cb = PolyakAveraging(start_step=1, decay=0.5, warmup=True)
+    fit(4, resumed_cb, ckpt_path=tmp_path / "half.ckpt")
+    assert resumed_cb.num_averaged == whole_cb.num_averaged == 11
+    for n, value in averaged.items():
+        assert torch.equal(resumed_cb.averaged_state_dict()[n], value), n
+    assert resumed_cb.state_key != PolyakAveraging(start_step=1, decay=0.5).state_key  # no mix-up on resume
+    assert PolyakAveraging(start_step=1, decay=0.5).state_key == "PolyakAveraging{'start_step': 1, 'decay': 0.5}"
+
+
 def test_polyak_checkpoint_while_swapped_stores_training_weights(tmp_path):
     model = Regression()
     polyak = PolyakAveraging()
@@ -394,6 +427,10 @@ def test_polyak_bad_arguments_and_no_average_yet():
             PolyakAveraging(decay=bad)
     with pytest.raises(ValueError, match="start_step"):
         PolyakAveraging(start_step=-1)
+    with pytest.raises(ValueError, match="warmup must be true or false"):
+        PolyakAveraging(decay=0.9, warmup="yes")
+    with pytest.raises(ValueError, match="warmup=True needs a decay"):
+        PolyakAveraging(warmup=True)
     with pytest.raises(RuntimeError, match="start_step"):
         PolyakAveraging(start_step=5).averaged_state_dict(Regression())
 
