@@ -75,6 +75,9 @@ class TrainConfig:
     """The number of noise words a sampled loss draws per step."""
     sampled_loss_noise: Literal["unigram", "log-uniform", "uniform"] = "unigram"
     """The noise distribution of a sampled loss (``"unigram"``: add-one counts of the training split)."""
+    sampled_loss_epochs: float | None = None
+    """With ``sampled_loss``: train with it for this many epochs (fractions count), then with the full softmax
+    (None: throughout)."""
     nce_log_z: float | Literal["learned"] = 0.0
     """NCE's log-normalizer: a number, or ``"learned"`` (a parameter of the module)."""
     seed: int = 0
@@ -115,6 +118,14 @@ class TrainConfig:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t < 1.0:
             raise TrainConfigError(f"lr_halving_threshold must be a relative improvement in [0, 1) (e.g. 0.002: val_loss "
                                    f"must fall by 0.2 %), got {t!r}")
+        e = self.sampled_loss_epochs
+        if e is not None:
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e <= 0:
+                raise TrainConfigError(f"sampled_loss_epochs must be a number of epochs > 0 (None: the sampled loss "
+                                       f"throughout), got {e!r}")
+            if self.sampled_loss is None:
+                raise TrainConfigError("sampled_loss_epochs says for how long the sampled loss trains, but sampled_loss "
+                                       "is not set: give sampled_loss (nce or sampled_softmax) too, or drop it")
         if self.lr_decay_after_epoch is not None and self.lr_halving_patience is not None:
             raise TrainConfigError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one (to drop "
                                    "a recipe's, give it as null: --model.lr_decay_after_epoch null)")

@@ -108,6 +108,9 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             softmax, with ``sampled_loss_samples`` noise words drawn from ``sampled_loss_noise``
             (``"unigram"`` from the training split, ``"log-uniform"`` or ``"uniform"``); evaluation always
             uses the exact full softmax. ``nce_log_z``: NCE's log-normalizer (a number, or ``"learned"``).
+            ``sampled_loss_epochs``: the sampled loss for the first this many epochs (fractions count, as
+            ``epoch + window / windows``), the full softmax after (None: the sampled loss throughout): cheap
+            windows while the model is far from good, the exact objective once it is.
         seed: base of the per-window RNG seeds (dropout masks).
         parameter_budget: a fixed parameter budget (the DSF paper's Table 2): an int, or ``"CELL:H"``
             for the parameter count of that reference model (e.g. ``"lstm:100"``; cell options in
@@ -193,6 +196,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         sampled_loss: Literal["nce", "sampled_softmax"] | None = None,
         sampled_loss_samples: int = 1024,
         sampled_loss_noise: Literal["unigram", "log-uniform", "uniform"] = "unigram",
+        sampled_loss_epochs: float | None = None,
         nce_log_z: float | Literal["learned"] = 0.0,
         seed: int = 0,
         parameter_budget: int | str | None = None,
@@ -248,6 +252,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         if sampled_loss is not None:
             noise = "uniform" if sampled_loss_noise == "unigram" else sampled_loss_noise  # unigram: in setup
             self.sampled_loss = SampledLoss(sampled_loss, sampled_loss_samples, noise, log_z=nce_log_z)
+        self._sampled_now = self.sampled_loss is not None  # whether this training window takes the sampled loss
         self._carried: dict[str, ModelState | None] = {"train": None, "val": None, "test": None, "predict": None}
         self._sums: dict[str, Tensor] = {}
         self._restored_train_state: list[Tensor] | None = None
@@ -392,7 +397,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         tokens: Tensor | int = targets.numel()
         if padded:
             y, targets, tokens = self._real_targets(y, targets)
-        if self.sampled_loss is not None:
+        if self.sampled_loss is not None and self._sampled_now:
             weight, bias = decoder_parameters(self.model)
             if targets.numel():
                 loss = self.sampled_loss(y.reshape(-1, y.shape[-1]), targets.reshape(-1), weight, bias)
@@ -459,6 +464,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         index = int(index)
         self._seed_window(index)
         state = self._reset_some_streams(self._state_for("train", index, inputs.shape[0]))
+        self._sampled_now = self._sampled_loss_in_force(batch_idx)
         if reset is None:
             loss, final_state = self._training_loss(inputs, targets, state)
         else:
@@ -478,6 +484,17 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             self._trained_epoch = self.current_epoch  # the epoch those windows belong to (checkpoint position)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False)
         return loss
+
+    def _sampled_loss_in_force(self, batch_idx: int) -> bool:
+        """Whether window ``batch_idx`` of this epoch trains with the sampled loss (``sampled_loss_epochs``)."""
+        epochs = self.train_config.sampled_loss_epochs
+        if self.sampled_loss is None or epochs is None:
+            return self.sampled_loss is not None
+        batches = self.trainer.num_training_batches
+        position = self.current_epoch + (batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0)
+        if position >= epochs and self._sampled_now:
+            rank_zero_info(f"sampled_loss_epochs {epochs}: the full softmax from here on (epoch {position:.2f})")
+        return position < epochs
 
     def _reset_some_streams(self, state: ModelState) -> ModelState:
         """``state_reset_prob``: each stream's carried state replaced by zeros with that probability (drawn
