@@ -40,7 +40,7 @@ from ..data.sentences import IGNORE_INDEX
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
-from .config import CONFIG_KEY, OPTIMIZER_CHOICES, TrainConfig, check_config_record, config_record
+from .config import CONFIG_KEY, OPTIMIZER_CHOICES, TrainConfig, TrainConfigError, check_config_record, config_record
 from .optim import FusedClipping, build_optimizer, fused_allowed, with_schedule
 from .policy import TrainingPolicy, module_callbacks
 from .sampled_softmax import SampledLoss, decoder_parameters
@@ -371,7 +371,13 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
             self.logger.log_hyperparams({"budget_hidden_sizes": self.budget_hidden_sizes,
                                          "num_parameters": self.num_parameters})
         if stage == "fit" and self.sampled_loss is not None and hp.sampled_loss_noise == "unigram":
-            train = self.trainer.datamodule.corpus.splits["train"]
+            corpus = getattr(getattr(self._trainer, "datamodule", None), "corpus", None)
+            if corpus is None:
+                raise TrainConfigError(
+                    "sampled_loss_noise 'unigram' counts the words of the training split, which only a datamodule with a "
+                    "corpus has (LanguageModelDataModule): fit with datamodule=..., or choose sampled_loss_noise "
+                    "'log-uniform' or 'uniform'")
+            train = corpus.splits["train"]
             counts = torch.bincount(train, minlength=self.config.vocab_size).float() + 1
             self.sampled_loss = SampledLoss(hp.sampled_loss, hp.sampled_loss_samples, counts, log_z=hp.nce_log_z)
 

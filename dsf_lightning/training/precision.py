@@ -24,6 +24,7 @@ import copy
 import logging
 import tempfile
 import time
+import types
 import typing
 import warnings
 from collections.abc import Callable
@@ -87,7 +88,10 @@ def choose_from_hardware(device_type: str, why_not_timed: str) -> PrecisionChoic
 def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 3, warmup: int = 1) -> Timing:
     """Tokens per CPU second of ``module`` (a LanguageModelModule) training ``windows`` windows of ``batch_size``
     x ``bptt`` random tokens after ``warmup`` untimed ones, through a throwaway Lightning Trainer on a copy of
-    the module at the given precision. The module itself and torch's random state are left as they were."""
+    the module at the given precision. The module itself and torch's random state are left as they were.
+
+    The random tokens come as a datamodule whose corpus's training split they are, so what the module's
+    ``setup`` reads from the corpus (a sampled loss's unigram noise) is there."""
     import lightning as L
     import torch
     from torch.utils.data import DataLoader
@@ -96,6 +100,12 @@ def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 
     ids = torch.randint(int(module.hparams.vocab_size), (batch_size, total * bptt + 1),
                         generator=torch.Generator().manual_seed(0))
     batches = [(ids[:, i * bptt:(i + 1) * bptt], ids[:, i * bptt + 1:(i + 1) * bptt + 1], i) for i in range(total)]
+
+    class RandomTokens(L.LightningDataModule):
+        corpus = types.SimpleNamespace(splits={"train": ids.reshape(-1)})
+
+        def train_dataloader(self):
+            return DataLoader(batches, batch_size=None)
 
     def timing(precision: str) -> float:
         spans: list[float] = []
@@ -112,7 +122,7 @@ def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 
                                 callbacks=[Stamp()], logger=False, enable_checkpointing=False,
                                 enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                                 num_sanity_val_steps=0, use_distributed_sampler=False, default_root_dir=root)
-            trainer.fit(copy.deepcopy(module), train_dataloaders=DataLoader(batches, batch_size=None))
+            trainer.fit(copy.deepcopy(module), datamodule=RandomTokens())
         timed = spans[warmup:]
         if len(timed) < windows:
             raise RuntimeError(f"{len(spans)} of {total} windows ran")

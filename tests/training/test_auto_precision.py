@@ -129,3 +129,27 @@ def test_the_log_line_names_both_rates_and_the_reason():
     choice = auto.choose_precision(lambda p: {auto.FP32: 2273.0, auto.BF16: 1690.0}[p])
     assert choice.line() == ("precision auto -> 32-true: 32-true 2,273 tokens/CPU s, bf16-mixed 1,690; "
                              "fp32 measured 1.34x bf16-mixed's rate on this machine")
+
+
+def test_the_timing_runs_a_recipe_whose_sampled_loss_counts_the_corpus():
+    """A sampled softmax with unigram noise reads the training split in ``setup``; the timing's random tokens are
+    that split (it failed with "'NoneType' object has no attribute 'corpus'" and fell back to the hardware)."""
+    module = LanguageModelModule(vocab_size=11, cell="delta-rnn", hidden_sizes=[8], sampled_loss="sampled_softmax",
+                                 sampled_loss_samples=4, sampled_loss_noise="unigram")
+    timing = auto.language_model_timing(module, batch_size=2, bptt=5, windows=2, warmup=1)
+    assert all(timing(p) > 0 for p in (auto.FP32, auto.BF16))
+    choice = auto.choose_precision(timing)
+    assert "timing failed" not in choice.line()
+
+
+def test_unigram_noise_without_a_corpus_is_a_clear_error(tmp_path):
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    module = LanguageModelModule(vocab_size=11, cell="delta-rnn", hidden_sizes=[8], sampled_loss="sampled_softmax",
+                                 sampled_loss_samples=4, sampled_loss_noise="unigram")
+    ids = torch.randint(11, (2, 11))
+    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match="sampled_loss_noise 'unigram' counts the words of the training split"):
+        trainer.fit(module, train_dataloaders=DataLoader([(ids[:, :5], ids[:, 1:6], 0)], batch_size=None))
