@@ -75,6 +75,17 @@ def onednn_version() -> str:
     return f"v{found.group(1)}" if found else "available (version not reported)"
 
 
+#: environment variables that keep torch (ATen), oneDNN and MKL below the CPU's own instruction set, e.g.
+#: ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`` to run an AVX-512 machine as
+#: an AVX2-only one: a report made under them says so
+ISA_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def isa_limits() -> dict[str, str]:
+    """The :data:`ISA_LIMIT_VARIABLES` set in this process's environment."""
+    return {name: os.environ[name] for name in ISA_LIMIT_VARIABLES if os.environ.get(name)}
+
+
 def machine_record(own_processes: int = 1) -> dict[str, Any]:
     """What a reader needs to judge a benchmark's numbers, taken at its start: CPU, ISA flags, cores, torch,
     oneDNN, the load average now. ``own_processes``: how many busy processes the benchmark itself runs at
@@ -85,6 +96,7 @@ def machine_record(own_processes: int = 1) -> dict[str, Any]:
         "cpu": cpu_model(),
         "isa": isa_flags(),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "isa_limits": isa_limits(),
         "logical_cores": os.cpu_count(),
         "usable_cores": usable_cores(),
         "torch": torch.__version__,
@@ -132,6 +144,8 @@ def machine_markdown(record: dict[str, Any]) -> list[str]:
     return [
         f"- CPU: {record['cpu']}",
         f"- ISA: {_isa_text(record['isa'])} (torch's CPU kernels: {record['torch_cpu_capability']})",
+        *(["- **ISA limited by the environment** (this machine ran as one with a smaller instruction set): "
+           + ", ".join(f"{k}={v}" for k, v in record["isa_limits"].items())] if record.get("isa_limits") else []),
         f"- cores: {record['logical_cores']} logical, {record['usable_cores']} usable by this process; "
         f"torch threads {record['threads']}",
         f"- torch {record['torch']}, oneDNN {record['onednn']}",

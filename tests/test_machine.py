@@ -16,7 +16,7 @@ import torch
 from dsf_lightning import _machine
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD_KEYS = {"cpu", "isa", "torch_cpu_capability", "logical_cores", "usable_cores", "torch", "onednn", "threads",
+RECORD_KEYS = {"cpu", "isa", "isa_limits", "torch_cpu_capability", "logical_cores", "usable_cores", "torch", "onednn", "threads",
                "started", "own_processes", "load_start", "load_end", "loaded", "load_rule"}
 
 
@@ -50,6 +50,23 @@ def test_the_record_says_the_cpu_its_flags_cores_torch_and_onednn():
     assert record["onednn"][1:] in torch.__config__.show()
     assert record["load_end"] is None and record["loaded"] is None  # finished at the end of the run
     assert_records_the_machine("\n".join(_machine.machine_markdown(_machine.finish_record(record))), record)
+
+
+def test_a_run_kept_below_the_cpus_instruction_set_says_so(monkeypatch):
+    for name in _machine.ISA_LIMIT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    plain = _machine.machine_record()
+    assert plain["isa_limits"] == {}
+    assert not any("ISA limited" in line for line in _machine.machine_markdown(plain))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    limited = _machine.machine_record()
+    assert limited["isa_limits"] == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    lines = [line for line in _machine.machine_markdown(limited) if "ISA limited" in line]
+    assert lines == ["- **ISA limited by the environment** (this machine ran as one with a smaller instruction set): "
+                     "ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2"]
+    old_record = {k: v for k, v in limited.items() if k != "isa_limits"}  # a report's JSON from before the field
+    assert not any("ISA limited" in line for line in _machine.machine_markdown(old_record))
 
 
 def test_loaded_is_others_load_above_half_a_usable_core_each():
