@@ -126,6 +126,10 @@ class TrainConfig:
             if self.sampled_loss is None:
                 raise TrainConfigError("sampled_loss_epochs says for how long the sampled loss trains, but sampled_loss "
                                        "is not set: give sampled_loss (nce or sampled_softmax) too, or drop it")
+            if self.nce_log_z == "learned":
+                raise TrainConfigError("sampled_loss_epochs with nce_log_z 'learned': after the switch the learned "
+                                       "normalizer gets no gradient (DDP stops on an unused parameter); fix it "
+                                       "(nce_log_z 0) or train with NCE throughout")
         if self.lr_decay_after_epoch is not None and self.lr_halving_patience is not None:
             raise TrainConfigError("lr_decay_after_epoch and lr_halving_patience are two schedules: set only one (to drop "
                                    "a recipe's, give it as null: --model.lr_decay_after_epoch null)")

@@ -83,4 +83,6 @@ def test_a_bad_number_of_epochs_is_refused_naming_the_option(bad):
 def test_epochs_without_a_sampled_loss_is_refused():
     with pytest.raises(TrainConfigError, match="but sampled_loss is not set"):
         TrainConfig(sampled_loss_epochs=2)
+    with pytest.raises(TrainConfigError, match="nce_log_z 'learned'"):
+        TrainConfig(sampled_loss="nce", nce_log_z="learned", sampled_loss_epochs=2)
     assert TrainConfig(sampled_loss="sampled_softmax", sampled_loss_epochs=0.5).sampled_loss_epochs == 0.5
