@@ -483,6 +483,13 @@ class CpuTimeBudget(L.Callback):
 _MODEL_DROPOUTS = ("dropout_embedding", "dropout_input", "dropout_hidden", "dropout_output")
 
 
+def epochs_trained(trainer: L.Trainer, batch_idx: int) -> float:
+    """Where training is, in epochs with fractions: ``epoch + batch_idx / batches`` (the epoch alone where the
+    number of batches is not known); a function of the position, so a resumed run reads the same."""
+    batches = trainer.num_training_batches
+    return trainer.current_epoch + (batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0)
+
+
 class LateDropout(L.Callback):
     """No dropout for the first ``start`` epochs, then every dropout rate ramps linearly up to the recipe's
     values over ``ramp`` epochs ("late dropout", Liu et al. 2023, *Dropout Reduces Underfitting*, sec. 5).
@@ -524,9 +531,7 @@ class LateDropout(L.Callback):
             warnings.warn("LateDropout: the model has no dropout to schedule (every rate is 0); it changes nothing", stacklevel=2)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        batches = trainer.num_training_batches
-        fraction = batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0
-        self._apply(self.factor_at(trainer.current_epoch + fraction))
+        self._apply(self.factor_at(epochs_trained(trainer, batch_idx)))
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._apply(1.0)  # the recipe's rates again: a checkpoint or export after fit sees the configured model

@@ -40,6 +40,7 @@ from ..data.sentences import IGNORE_INDEX
 from ..model import LMConfig, ModelState, RecurrentLM, count_parameters, detach_state
 from ..ops.linear_cross_entropy import linear_cross_entropy
 from ..regularizers import l1_penalty, sobolev_penalty
+from .callbacks import epochs_trained
 from .config import CONFIG_KEY, OPTIMIZER_CHOICES, TrainConfig, TrainConfigError, check_config_record, config_record
 from .optim import FusedClipping, build_optimizer, fused_allowed, with_schedule
 from .policy import TrainingPolicy, module_callbacks
@@ -496,8 +497,7 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         epochs = self.train_config.sampled_loss_epochs
         if self.sampled_loss is None or epochs is None:
             return self.sampled_loss is not None
-        batches = self.trainer.num_training_batches
-        position = self.current_epoch + (batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0)
+        position = epochs_trained(self.trainer, batch_idx)
         if position >= epochs and self._sampled_now:
             rank_zero_info(f"sampled_loss_epochs {epochs}: the full softmax from here on (epoch {position:.2f})")
         return position < epochs
