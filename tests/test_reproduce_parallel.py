@@ -402,3 +402,26 @@ def test_one_job_rows_copy_each_epoch_into_the_state_while_they_train(tmp_path, 
     assert summary["ran"] == ["elman"]
     assert any(status == "running" and epochs >= 1 for status, epochs in seen), seen
     assert any("elman: epoch 1 valid PPL" in message for message in messages), messages
+
+
+def test_report_only_records_the_folders_progress_so_a_lost_folder_keeps_it(tmp_path):
+    """`--report-only` reads a stopped row's folder for the table; it also copies that progress into the state,
+    so when the folder is lost later the table keeps the epochs it once showed (it lost one: the runner was gone
+    before copying a row's last epoch, the report showed 4 epochs, the state kept 3)."""
+    from dsf_lightning.reproduce.report import row_folder
+
+    out = tmp_path / "out"
+    folder = row_folder(out, "dsf-table1-word", "elman")
+    folder.mkdir(parents=True)
+    epochs = [{"epoch": i, "val_loss": 5.0 - i / 10, "wall_seconds": 60.0 * (i + 1), "cpu_seconds": 50.0 * (i + 1)} for i in range(3)]
+    sitting = {"started": 0.0, "tokens": 3000, "wall_seconds": 180.0, "cpu_seconds": 150.0}
+    recorded = {"sittings": [sitting], "epochs": epochs[:2], "max_epochs": 100}
+    (folder / "progress.json").write_text(json.dumps({**recorded, "epochs": epochs}))
+    state_path = out / "dsf-table1-word.state.json"
+    state_path.write_text(json.dumps({"table": "dsf-table1-word", "rows": {"elman": {"status": "stopped", "progress": recorded}}}))
+    assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
+    assert read_csv(out / "dsf-table1-word.csv")["elman"]["epochs"] == "3"
+    assert len(json.loads(state_path.read_text())["rows"]["elman"]["progress"]["epochs"]) == 3
+    shutil.rmtree(out / "runs")
+    assert main(["reproduce", "dsf-table1-word", "--report-only", "--out", str(out)]) == 0
+    assert read_csv(out / "dsf-table1-word.csv")["elman"]["epochs"] == "3"

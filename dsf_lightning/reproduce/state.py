@@ -59,11 +59,19 @@ def take_others_rows(state: dict, on_disk: dict, mine: set[str]) -> None:
 
 
 def report_table(table: Table, out: Path, scale: str) -> tuple[Path, Path]:
-    """Rewrite ``<out>/<table>.md`` / ``.csv`` / curves from the state file and the rows' progress; trains nothing."""
+    """Rewrite ``<out>/<table>.md`` / ``.csv`` / curves from the state file and the rows' progress; trains nothing.
+    The unfinished rows' progress it reads is copied into the state too (:func:`record_progress`): a row whose
+    folder is lost later keeps what this report showed."""
     state_path = out / f"{table.id}.state.json"
     if not state_path.is_file():
         raise FileNotFoundError(f"no {state_path}: run `dsf reproduce {table.id} --out {out}` first")
-    return write_outputs(table, read_state(state_path, table), out, scale)
+    with file_lock(out / f".{table.id}.state.lock"):  # a running `dsf reproduce` saves under the same lock
+        state = read_state(state_path, table)
+        before = json.dumps(state, sort_keys=True)
+        record_progress(table, state, out)
+        if json.dumps(state, sort_keys=True) != before:
+            write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
+    return write_outputs(table, state, out, scale)
 
 
 class TableState:
