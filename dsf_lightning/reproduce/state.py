@@ -58,6 +58,18 @@ def take_others_rows(state: dict, on_disk: dict, mine: set[str]) -> None:
             state.setdefault("runs", {})[run_fp] = run
 
 
+def state_lock(table: Table, out: Path):
+    """The lock every writer of ``<out>/<table>.state.json`` holds: other `dsf reproduce` runs and `--report-only`."""
+    return file_lock(out / f".{table.id}.state.lock")
+
+
+def write_state(table: Table, state: dict, out: Path) -> None:
+    """Copy the unfinished rows' progress into ``state`` (:func:`record_progress`) and write the state file; the
+    caller holds :func:`state_lock`."""
+    record_progress(table, state, out)
+    write_atomic(out / f"{table.id}.state.json", json.dumps(state, indent=1, sort_keys=True))
+
+
 def report_table(table: Table, out: Path, scale: str) -> tuple[Path, Path]:
     """Rewrite ``<out>/<table>.md`` / ``.csv`` / curves from the state file and the rows' progress; trains nothing.
     The unfinished rows' progress it reads is copied into the state too (:func:`record_progress`): a row whose
@@ -65,12 +77,9 @@ def report_table(table: Table, out: Path, scale: str) -> tuple[Path, Path]:
     state_path = out / f"{table.id}.state.json"
     if not state_path.is_file():
         raise FileNotFoundError(f"no {state_path}: run `dsf reproduce {table.id} --out {out}` first")
-    with file_lock(out / f".{table.id}.state.lock"):  # a running `dsf reproduce` saves under the same lock
+    with state_lock(table, out):  # a running `dsf reproduce` saves under the same lock
         state = read_state(state_path, table)
-        before = json.dumps(state, sort_keys=True)
-        record_progress(table, state, out)
-        if json.dumps(state, sort_keys=True) != before:
-            write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
+        write_state(table, state, out)
     return write_outputs(table, state, out, scale)
 
 
@@ -104,10 +113,9 @@ class TableState:
 
     def save(self) -> None:
         """Write the state file (keeping the rows other processes own, as they are on disk) and the report."""
-        with file_lock(self.out / f".{self.table.id}.state.lock"):  # another `dsf reproduce` may run other rows into `out`
+        with state_lock(self.table, self.out):  # another `dsf reproduce` may run other rows into `out`
             take_others_rows(self.state, read_state(self.path, self.table), set(self.wanted))
-            record_progress(self.table, self.state, self.out)
-            write_atomic(self.path, json.dumps(self.state, indent=1, sort_keys=True))
+            write_state(self.table, self.state, self.out)
         write_outputs(self.table, self.state, self.out, self.scale)
 
     def put(self, row: Row, entry: dict) -> None:
