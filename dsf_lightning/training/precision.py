@@ -9,7 +9,10 @@ Trainer is built (Lightning's ``Trainer(precision=...)`` takes no ``"auto"``):
   (``data.batch_size`` streams x ``data.bptt`` steps, random token ids) through a throwaway Lightning Trainer
   on a copy of the module, once in ``32-true`` and once in ``bf16-mixed``, timed in process CPU seconds (what
   the CPU-time budgets count); bf16-mixed is taken when it is at least :data:`MARGIN` faster (within the
-  noise, full precision is kept);
+  noise, full precision is kept). A run that starts on a sampled loss (``sampled_loss_epochs``) and then trains
+  the full softmax is timed in both objectives and the rates weighed by the epochs each takes of
+  ``max_epochs``: the two can disagree (on a Xeon with AMX fp32 and bf16-mixed tied on the sampled softmax,
+  while bf16-mixed ran the full one 1.5x faster), and the full softmax is most of such a run;
 * where that cannot be timed (a GPU, a sequence-task module, several processes, a timing that failed): from the hardware. A
   CUDA GPU that supports bf16 -> bf16-mixed; a CPU with AMX BF16 -> bf16-mixed; else 32-true.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import tempfile
 import time
@@ -85,10 +89,37 @@ def choose_from_hardware(device_type: str, why_not_timed: str) -> PrecisionChoic
     return PrecisionChoice(FP32, None, f"{why_not_timed}; no bf16 rule for a {device_type} device")
 
 
-def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 3, warmup: int = 1) -> Timing:
+def objective_epochs(module, max_epochs: int | None) -> dict[str, float]:
+    """How many of the run's epochs train each objective: ``{"sampled": k, "full": E - k}`` for a sampled start of
+    ``k = sampled_loss_epochs`` epochs out of ``E = max_epochs`` (Lightning's 1,000 when not given), only the one
+    objective otherwise. Objectives with no epochs are left out."""
+    sampled_loss = getattr(module, "sampled_loss", None)
+    config = getattr(module, "train_config", None)
+    start = getattr(config, "sampled_loss_epochs", None)
+    if sampled_loss is None:
+        return {"full": 1.0}
+    if start is None:
+        return {"sampled": 1.0}
+    total = float(max_epochs) if isinstance(max_epochs, int) and max_epochs > 0 else 1000.0
+    sampled = min(float(start), total)
+    return {name: epochs for name, epochs in (("sampled", sampled), ("full", total - sampled)) if epochs > 0}
+
+
+def run_rate(epochs: dict[str, float], rates: dict[str, float]) -> float:
+    """Tokens per CPU second over a run that trains ``epochs[name]`` epochs at ``rates[name]`` each: the epochs
+    over the summed time (a weighted harmonic mean; epochs of equal tokens)."""
+    return sum(epochs.values()) / sum(n / rates[name] for name, n in epochs.items())
+
+
+def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 3, warmup: int = 1,
+                          max_epochs: int | None = None) -> Timing:
     """Tokens per CPU second of ``module`` (a LanguageModelModule) training ``windows`` windows of ``batch_size``
     x ``bptt`` random tokens after ``warmup`` untimed ones, through a throwaway Lightning Trainer on a copy of
     the module at the given precision. The module itself and torch's random state are left as they were.
+
+    With a sampled start (:func:`objective_epochs`) each objective is timed on its own copy (the full softmax's
+    with the sampled loss taken off) and the rate is the whole run's: epochs over the summed CPU time, each
+    objective's epochs at its own rate. ``timing.basis`` says so for the log line.
 
     The random tokens come as a datamodule whose corpus's training split they are, so what the module's
     ``setup`` reads from the corpus (a sampled loss's unigram noise) is there."""
@@ -107,7 +138,15 @@ def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 
         def train_dataloader(self):
             return DataLoader(batches, batch_size=None)
 
+    phases = objective_epochs(module, max_epochs)
+
     def timing(precision: str) -> float:
+        return run_rate(phases, {name: objective_rate(precision, full_softmax=name == "full") for name in phases})
+
+    def objective_rate(precision: str, full_softmax: bool) -> float:
+        copy_ = copy.deepcopy(module)
+        if full_softmax:
+            copy_.sampled_loss = None  # trains as after the sampled start: the exact softmax over the vocabulary
         spans: list[float] = []
 
         class Stamp(L.Callback):
@@ -122,12 +161,15 @@ def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 
                                 callbacks=[Stamp()], logger=False, enable_checkpointing=False,
                                 enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                                 num_sanity_val_steps=0, use_distributed_sampler=False, default_root_dir=root)
-            trainer.fit(copy.deepcopy(module), datamodule=RandomTokens())
+            trainer.fit(copy_, datamodule=RandomTokens())
         timed = spans[warmup:]
         if len(timed) < windows:
             raise RuntimeError(f"{len(spans)} of {total} windows ran")
         return windows * batch_size * bptt / max(sum(timed), 1e-9)
 
+    if len(phases) > 1:
+        timing.basis = (f"timed apart and weighed by epochs: {phases['sampled']:g} of {sum(phases.values()):g} "
+                        "with the sampled loss, the rest the full softmax")
     return timing
 
 
@@ -193,7 +235,7 @@ def resolve_auto_precision(trainer_config, module, datamodule, timing: Timing | 
     several = several_processes(trainer_config)
     if timing is None and device == "cpu" and not several and hasattr(module, "hparams") \
             and "vocab_size" in module.hparams and all(isinstance(n, int) for n in shape):
-        timing = language_model_timing(module, *shape)
+        timing = language_model_timing(module, *shape, max_epochs=trainer_config.get("max_epochs"))
     if several:  # every process decides the same way, from the same hardware
         choice = choose_from_hardware(device, "not timed (several processes, each would time on its own)")
     elif timing is None:
@@ -202,6 +244,8 @@ def resolve_auto_precision(trainer_config, module, datamodule, timing: Timing | 
     else:
         try:
             choice = choose_precision(timing)
+            if getattr(timing, "basis", None):
+                choice = dataclasses.replace(choice, reason=f"{choice.reason} ({timing.basis})")
         except Exception as err:  # noqa: BLE001 - any failure of the throwaway run: decide without it, say why
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             choice = choose_from_hardware(device, f"timing failed ({reason[:200]})")

@@ -153,3 +153,66 @@ def test_unigram_noise_without_a_corpus_is_a_clear_error(tmp_path):
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
     with pytest.raises(ValueError, match="sampled_loss_noise 'unigram' counts the words of the training split"):
         trainer.fit(module, train_dataloaders=DataLoader([(ids[:, :5], ids[:, 1:6], 0)], batch_size=None))
+
+
+def _sampled_start(epochs: float | None) -> LanguageModelModule:
+    return LanguageModelModule(vocab_size=11, cell="delta-rnn", hidden_sizes=[8], sampled_loss="sampled_softmax",
+                               sampled_loss_samples=4, sampled_loss_epochs=epochs)
+
+
+@pytest.mark.parametrize(("module", "max_epochs", "expected"), [
+    (_module(), 40, {"full": 1.0}),
+    (_sampled_start(None), 40, {"sampled": 1.0}),  # the sampled loss all the way
+    (_sampled_start(2), 40, {"sampled": 2.0, "full": 38.0}),
+    (_sampled_start(2), None, {"sampled": 2.0, "full": 998.0}),  # Lightning's 1,000 epochs when none is given
+    (_sampled_start(2.5), 2, {"sampled": 2.0}),  # the run ends inside the sampled start
+])
+def test_a_sampled_start_splits_the_runs_epochs_between_the_two_objectives(module, max_epochs, expected):
+    assert auto.objective_epochs(module, max_epochs) == expected
+
+
+def test_the_run_rate_weighs_each_objectives_time_by_its_epochs():
+    """Rates measured on the Xeon with AMX for delta_rnn_budget_tied.yaml: fp32 and bf16-mixed tie on the sampled
+    softmax (what ``auto`` timed before, and kept fp32), bf16-mixed runs the full softmax 1.8x faster."""
+    epochs = {"sampled": 2.0, "full": 38.0}
+    rates = {auto.FP32: {"sampled": 5927.0, "full": 2117.0}, auto.BF16: {"sampled": 5858.0, "full": 3905.0}}
+    run = {p: auto.run_rate(epochs, rates[p]) for p in rates}
+    assert run[auto.FP32] == pytest.approx(40 / (2 / 5927 + 38 / 2117))  # time adds up, not rates
+    assert auto.choose_precision(lambda p: run[p]).precision == auto.BF16
+    assert auto.choose_precision(lambda p: rates[p]["sampled"]).precision == auto.FP32  # the startup alone
+
+
+def test_a_sampled_start_is_timed_in_both_objectives_the_full_softmax_without_the_sampled_loss(monkeypatch):
+    from dsf_lightning.training.sampled_softmax import SampledLoss
+
+    calls = {"sampled": 0, "steps": 0}
+    forward, step = SampledLoss.forward, LanguageModelModule.training_step
+
+    def count_sampled(self, *a, **k):
+        calls["sampled"] += 1
+        return forward(self, *a, **k)
+
+    def count_steps(self, *a, **k):
+        calls["steps"] += 1
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(SampledLoss, "forward", count_sampled)
+    monkeypatch.setattr(LanguageModelModule, "training_step", count_steps)
+    module = _sampled_start(2)
+    timing = auto.language_model_timing(module, batch_size=2, bptt=5, windows=2, warmup=1, max_epochs=40)
+    assert timing(auto.FP32) > 0
+    assert calls == {"sampled": 3, "steps": 6}  # 3 windows on the sampled loss, 3 on the full softmax
+    assert module.sampled_loss is not None  # the module itself keeps its sampled start
+    assert timing.basis == ("timed apart and weighed by epochs: 2 of 40 with the sampled loss, the rest the full "
+                            "softmax")
+
+
+def test_the_log_line_says_when_the_rates_were_weighed_across_a_sampled_start(lines):
+    def timing(precision: str) -> float:
+        return {auto.FP32: 2188.0, auto.BF16: 3969.0}[precision]
+    timing.basis = "timed apart and weighed by epochs: 2 of 40 with the sampled loss, the rest the full softmax"
+    assert auto.resolve_auto_precision({"precision": "auto"}, _module(), _Shape(), timing=timing) == {
+        "precision": auto.BF16}
+    assert lines == ["precision auto -> bf16-mixed: 32-true 2,188 tokens/CPU s, bf16-mixed 3,969; bf16-mixed measured "
+                     "1.81x fp32's rate on this machine (timed apart and weighed by epochs: 2 of 40 with the sampled "
+                     "loss, the rest the full softmax)"]
