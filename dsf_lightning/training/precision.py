@@ -12,7 +12,7 @@ Trainer is built (Lightning's ``Trainer(precision=...)`` takes no ``"auto"``):
   noise, full precision is kept). A run that starts on a sampled loss (``sampled_loss_epochs``) and then trains
   the full softmax is timed in both objectives and the rates weighed by the epochs each takes of
   ``max_epochs``: the two can disagree (on a Xeon with AMX fp32 and bf16-mixed tied on the sampled softmax,
-  while bf16-mixed ran the full one 1.5x faster), and the full softmax is most of such a run;
+  while bf16-mixed ran the full one 1.5x-1.9x faster), and the full softmax is most of such a run;
 * where that cannot be timed (a GPU, a sequence-task module, several processes, a timing that failed): from the hardware. A
   CUDA GPU that supports bf16 -> bf16-mixed; a CPU with AMX BF16 -> bf16-mixed; else 32-true.
 
