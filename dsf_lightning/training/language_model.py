@@ -492,14 +492,30 @@ class LanguageModelModule(FusedClipping, L.LightningModule):
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False)
         return loss
 
-    def _sampled_loss_in_force(self, batch_idx: int) -> bool:
-        """Whether window ``batch_idx`` of this epoch trains with the sampled loss (``sampled_loss_epochs``)."""
+    @property
+    def epochs_on_sampled_loss(self) -> float:
+        """How many epochs train with the sampled loss: none without one, all (``inf``) without
+        ``sampled_loss_epochs``, else ``sampled_loss_epochs`` (the full softmax after them)."""
+        if self.sampled_loss is None:
+            return 0.0
         epochs = self.train_config.sampled_loss_epochs
-        if self.sampled_loss is None or epochs is None:
-            return self.sampled_loss is not None
+        return math.inf if epochs is None else float(epochs)
+
+    def objective_epochs(self, max_epochs: int | None) -> dict[str, float]:
+        """How many of a run's ``max_epochs`` epochs (Lightning's 1,000 when not given) train each objective:
+        ``{"sampled": k, "full": E - k}`` (:attr:`epochs_on_sampled_loss`); objectives with no epochs left out."""
+        total = float(max_epochs) if isinstance(max_epochs, int) and max_epochs > 0 else 1000.0
+        sampled = min(self.epochs_on_sampled_loss, total)
+        return {name: epochs for name, epochs in (("sampled", sampled), ("full", total - sampled)) if epochs > 0}
+
+    def _sampled_loss_in_force(self, batch_idx: int) -> bool:
+        """Whether window ``batch_idx`` of this epoch trains with the sampled loss (:attr:`epochs_on_sampled_loss`)."""
+        epochs = self.epochs_on_sampled_loss
+        if epochs in (0.0, math.inf):
+            return epochs > 0
         position = epochs_trained(self.trainer, batch_idx)
         if position >= epochs and self._sampled_now:
-            rank_zero_info(f"sampled_loss_epochs {epochs}: the full softmax from here on (epoch {position:.2f})")
+            rank_zero_info(f"sampled_loss_epochs {epochs:g}: the full softmax from here on (epoch {position:.2f})")
         return position < epochs
 
     def _reset_some_streams(self, state: ModelState) -> ModelState:

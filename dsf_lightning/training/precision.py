@@ -89,22 +89,6 @@ def choose_from_hardware(device_type: str, why_not_timed: str) -> PrecisionChoic
     return PrecisionChoice(FP32, None, f"{why_not_timed}; no bf16 rule for a {device_type} device")
 
 
-def objective_epochs(module, max_epochs: int | None) -> dict[str, float]:
-    """How many of the run's epochs train each objective: ``{"sampled": k, "full": E - k}`` for a sampled start of
-    ``k = sampled_loss_epochs`` epochs out of ``E = max_epochs`` (Lightning's 1,000 when not given), only the one
-    objective otherwise. Objectives with no epochs are left out."""
-    sampled_loss = getattr(module, "sampled_loss", None)
-    config = getattr(module, "train_config", None)
-    start = getattr(config, "sampled_loss_epochs", None)
-    if sampled_loss is None:
-        return {"full": 1.0}
-    if start is None:
-        return {"sampled": 1.0}
-    total = float(max_epochs) if isinstance(max_epochs, int) and max_epochs > 0 else 1000.0
-    sampled = min(float(start), total)
-    return {name: epochs for name, epochs in (("sampled", sampled), ("full", total - sampled)) if epochs > 0}
-
-
 def run_rate(epochs: dict[str, float], rates: dict[str, float]) -> float:
     """Tokens per CPU second over a run that trains ``epochs[name]`` epochs at ``rates[name]`` each: the epochs
     over the summed time (a weighted harmonic mean; epochs of equal tokens)."""
@@ -117,7 +101,7 @@ def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 
     x ``bptt`` random tokens after ``warmup`` untimed ones, through a throwaway Lightning Trainer on a copy of
     the module at the given precision. The module itself and torch's random state are left as they were.
 
-    With a sampled start (:func:`objective_epochs`) each objective is timed on its own copy (the full softmax's
+    With a sampled start (the module's ``objective_epochs``) each objective is timed on its own copy (the full softmax's
     with the sampled loss taken off) and the rate is the whole run's: epochs over the summed CPU time, each
     objective's epochs at its own rate. ``timing.basis`` says so for the log line.
 
@@ -138,7 +122,7 @@ def language_model_timing(module, batch_size: int, bptt: int, *, windows: int = 
         def train_dataloader(self):
             return DataLoader(batches, batch_size=None)
 
-    phases = objective_epochs(module, max_epochs)
+    phases = module.objective_epochs(max_epochs)
 
     def timing(precision: str) -> float:
         return run_rate(phases, {name: objective_rate(precision, full_softmax=name == "full") for name in phases})

@@ -161,14 +161,14 @@ def _sampled_start(epochs: float | None) -> LanguageModelModule:
 
 
 @pytest.mark.parametrize(("module", "max_epochs", "expected"), [
-    (_module(), 40, {"full": 1.0}),
-    (_sampled_start(None), 40, {"sampled": 1.0}),  # the sampled loss all the way
+    (_module(), 40, {"full": 40.0}),
+    (_sampled_start(None), 40, {"sampled": 40.0}),  # the sampled loss all the way
     (_sampled_start(2), 40, {"sampled": 2.0, "full": 38.0}),
     (_sampled_start(2), None, {"sampled": 2.0, "full": 998.0}),  # Lightning's 1,000 epochs when none is given
     (_sampled_start(2.5), 2, {"sampled": 2.0}),  # the run ends inside the sampled start
 ])
 def test_a_sampled_start_splits_the_runs_epochs_between_the_two_objectives(module, max_epochs, expected):
-    assert auto.objective_epochs(module, max_epochs) == expected
+    assert module.objective_epochs(max_epochs) == expected
 
 
 def test_the_run_rate_weighs_each_objectives_time_by_its_epochs():
